@@ -1,0 +1,47 @@
+# envace — set-up is two commands on a fresh machine with Python 3.11 and pip:
+#   make smoke   # the main job: the smoke-scale DAG on CPU
+#   make test    # the test suite
+# Each creates .venv in the repository root on first use.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# pip prints one warning per package for this machine's unused local index folders; hide only those.
+QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
+
+.PHONY: smoke test lint dryrun clean-smoke
+
+$(STAMP): pyproject.toml
+	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, benchmarks, dev tools) ..."
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0 2>&1 | $(QUIET_PIP)
+	$(BIN)/pip install -q -e ".[cpu,bench,dev]" torch==2.13.0 2>&1 | $(QUIET_PIP)
+	@# bfcl-eval pins numpy==1.26.4, verl needs numpy>=2: install it without its pins (see DESIGN.md).
+	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23 2>&1 | $(QUIET_PIP)
+	$(BIN)/python -c "import torch, verl, snakemake, bfcl_eval, tau2; assert torch.__version__.startswith('2.13.0')"
+	touch $@
+
+# Until training and evaluation land (issues #4-#7), the smoke DAG runs the reporting slice on the
+# shipped example results: tables, figures and the paper diff, all marked SMOKE.
+smoke: $(STAMP)
+	$(BIN)/snakemake --profile profiles/local --configfile config/smoke.yaml \
+		--config report_source=tests/data/example_results -- all
+	@echo "[envace] smoke outputs:"
+	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}"
+	@echo "  figures:    figures/smoke/fig{3,4,5,6}_*.{pdf,png}"
+	@echo "  paper diff: results/smoke/paper_diff.md (and .json)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/snakemake --lint
+
+dryrun: $(STAMP)
+	$(BIN)/snakemake -n all
+
+clean-smoke:
+	rm -rf results/smoke figures/smoke

@@ -1,0 +1,182 @@
+"""Loading, validation and hashing of the envace experiment configuration.
+
+One YAML file describes the whole experiment matrix (``config/config.yaml`` for the paper,
+``config/smoke.yaml`` for CPU scale). It is validated against ``workflow/schemas/config.schema.yaml``
+(shipped inside the package as ``envace/schemas/config.schema.yaml``); a malformed file fails here,
+at parse time, with the path of the offending key.
+
+Derived values that are not written in the file (the list of test-time-scaling setting ids) are
+added by :func:`load_config` so every consumer — the Snakemake workflow and the CLI — sees the same
+matrix.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration file is malformed; the message names the offending key."""
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema of the configuration (a dict)."""
+    text = resources.files("envace").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "<top level>"
+
+
+def validate_config(cfg: Mapping[str, Any], *, source: str = "config") -> None:
+    """Validate ``cfg`` against the schema and the cross-references between its sections.
+
+    Raises :class:`ConfigError` naming the first offending key (schema errors first, then references
+    such as a table row that names an unknown model).
+    """
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(dict(cfg)), key=lambda e: (len(e.absolute_path), e.path))
+    if errors:
+        err = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(f"{source}: invalid value at '{_key_path(err)}': {err.message}")
+    _check_references(cfg, source)
+
+
+def _check_references(cfg: Mapping[str, Any], source: str) -> None:
+    models = cfg["models"]
+    runs = cfg["training"]["runs"]
+    benchmarks = cfg["benchmarks"]
+
+    def need(kind: str, name: str, pool: Mapping[str, Any], where: str) -> None:
+        if name not in pool:
+            raise ConfigError(f"{source}: '{where}' names unknown {kind} '{name}' (known: {sorted(pool)})")
+
+    for mid, model in models.items():
+        if model["kind"] == "trained":
+            need("training run", model["run"], runs, f"models.{mid}.run")
+    for table in ("table1", "table2"):
+        block = cfg["evaluation"][table]
+        for mid in block["models"]:
+            need("model", mid, models, f"evaluation.{table}.models")
+        for bench in block["benchmarks"]:
+            need("benchmark", bench, benchmarks, f"evaluation.{table}.benchmarks")
+    ckpt = cfg["evaluation"]["checkpoints"]
+    need("training run", ckpt["run"], runs, "evaluation.checkpoints.run")
+    need("benchmark", ckpt["benchmark"], benchmarks, "evaluation.checkpoints.benchmark")
+    last = runs[ckpt["run"]]["total_steps"]
+    for step in ckpt["steps"]:
+        if step > last:
+            raise ConfigError(
+                f"{source}: 'evaluation.checkpoints.steps' has step {step} beyond "
+                f"training.runs.{ckpt['run']}.total_steps={last}"
+            )
+    tts = cfg["tts"]
+    need("model", tts["actor"], models, "tts.actor")
+    for name, mid in tts["rehearsers"].items():
+        need("model", mid, models, f"tts.rehearsers.{name}")
+    for bench in tts["benchmarks"]:
+        need("benchmark", bench, benchmarks, "tts.benchmarks")
+    settings = tts_settings(cfg)
+    for row, setting in tts["table3"].items():
+        if setting not in settings:
+            raise ConfigError(f"{source}: 'tts.table3.{row}' names unknown TTS setting '{setting}'")
+    for fig in ("fig3", "fig4"):
+        block = cfg["report"][fig]
+        flat = block.values() if fig == "fig3" else [m for sizes in block.values() for m in sizes.values()]
+        for mid in flat:
+            need("model", mid, models, f"report.{fig}")
+    for name, bench in benchmarks.items():
+        splits = set(bench.get("splits", []))
+        for group, spec in bench["aggregate"]["groups"].items():
+            unknown = set(spec["splits"]) - splits if splits else set()
+            if unknown:
+                raise ConfigError(
+                    f"{source}: 'benchmarks.{name}.aggregate.groups.{group}' uses splits "
+                    f"{sorted(unknown)} that are not in benchmarks.{name}.splits"
+                )
+
+
+def tts_settings(cfg: Mapping[str, Any]) -> list[str]:
+    """All test-time-scaling setting ids: ``no_tts`` and ``{mode}_n{N}_{rehearser}``."""
+    tts = cfg["tts"]
+    return ["no_tts"] + [
+        f"{mode}_n{n}_{rehearser}" for mode in tts["modes"] for n in tts["n"] for rehearser in tts["rehearsers"]
+    ]
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read, validate and complete a configuration file.
+
+    Returns the validated dict with the derived key ``tts.settings`` added.
+    Raises :class:`ConfigError` (a ``ValueError``) for a missing file, invalid YAML or an invalid key.
+    """
+    path = Path(path)
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return complete_config(cfg, source=str(path))
+
+
+def complete_config(cfg: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
+    """Validate an already-parsed config (e.g. Snakemake's ``config``) and add derived keys."""
+    cfg = copy.deepcopy(dict(cfg))
+    cfg.get("tts", {}).pop("settings", None)  # derived, never user-set
+    validate_config(cfg, source=source)
+    cfg["tts"]["settings"] = tts_settings(cfg)
+    return cfg
+
+
+def config_hash(obj: Any) -> str:
+    """sha256 of the canonical JSON of ``obj`` (sorted keys), first 16 hex characters."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
+    """The hash a result manifest for (model, benchmark) must carry.
+
+    Covers exactly what changes that evaluation's numbers: the scale, the model entry (and, for a
+    trained model, its training run), the benchmark entry and the evaluation sampling settings.
+    Checkpoint models (``<run>-stepNNNN``) hash their run and step.
+    """
+    model = _model_entry(cfg, model_id)
+    run = cfg["training"]["runs"].get(model.get("run", ""), None)
+    return config_hash(
+        {
+            "scale": cfg["scale"],
+            "model": model,
+            "run": run,
+            "benchmark": cfg["benchmarks"][benchmark],
+            "sampling": cfg["evaluation"]["sampling"],
+        }
+    )
+
+
+def checkpoint_model_id(run: str, step: int) -> str:
+    """Model id of an intermediate checkpoint, e.g. ``envace_8b-step0050``."""
+    return f"{run}-step{step:04d}"
+
+
+def _model_entry(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
+    if model_id in cfg["models"]:
+        return dict(cfg["models"][model_id])
+    run, sep, step = model_id.rpartition("-step")
+    if sep and step.isdigit() and run in cfg["training"]["runs"]:
+        return {"label": f"{run}@{int(step)}", "kind": "trained", "run": run, "step": int(step)}
+    raise ConfigError(f"unknown model id '{model_id}' (not in models, not a <run>-stepNNNN checkpoint)")

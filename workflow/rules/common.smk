@@ -1,0 +1,242 @@
+# Helpers shared by all rules: the validated config, the experiment matrix and the file layout.
+# Paths of per-sample result files come from envace.results so the CLI and the DAG agree.
+import json
+import os
+from pathlib import Path
+
+from envace.config import checkpoint_model_id, complete_config, config_hash, eval_hash
+
+CFG = complete_config(config, source="snakemake config")
+RESULTS = CFG["paths"]["results"]
+FIGURES = CFG["paths"]["figures"]
+MODELS_DIR = CFG["paths"]["models"]
+DATA_DIR = CFG["paths"]["data"]
+CKPT_DIR = CFG["paths"]["checkpoints"]
+# Report rules read per-sample results from here; a different root (e.g. shipped example results)
+# has no producing rule, so the report slice then runs without training or evaluation.
+REPORT_SOURCE = CFG["report_source"] or RESULTS
+IS_SMOKE = CFG["scale"] == "smoke"
+TINY_MODEL = f"{MODELS_DIR}/tiny"
+# The cluster environment (used with `--sdm conda`); on CPU the project's .venv provides everything.
+CONDA_ENV = "../../environment.yml"
+
+wildcard_constraints:
+    model=r"[a-z0-9_]+(-step\d{4})?",
+    run=r"[a-z0-9_]+",
+    benchmark=r"[a-z0-9_]+",
+    setting=r"[a-z0-9_]+",
+    seed=r"\d+",
+
+
+# ---------------------------------------------------------------- specs (rerun keys)
+def _write_spec(path, payload):
+    """Write a spec file only when its content changes, so its mtime is a config-change trigger.
+
+    Training and evaluation rules take a spec file as input: with mtime-only rerun triggers (the
+    slurm profile) an edited Snakefile does not re-run training, while a changed hyperparameter does.
+    """
+    path = Path(path)
+    text = json.dumps(payload, indent=1, sort_keys=True) + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(path)
+
+
+def run_spec(run):
+    spec = CFG["training"]["runs"][run]
+    payload = {"run": run, "hash": config_hash(spec), "spec": spec, "scale": CFG["scale"]}
+    return _write_spec(f"{RESULTS}/specs/train/{run}.json", payload)
+
+
+def eval_spec(model, benchmark):
+    payload = {"model": model, "benchmark": benchmark, "hash": eval_hash(CFG, model, benchmark)}
+    return _write_spec(f"{RESULTS}/specs/eval/{model}/{benchmark}.json", payload)
+
+
+# Every `envace` command reads this resolved config (config files plus --config overrides), so the
+# CLI and the DAG always see the same matrix. Not an input of any job: changing one model must not re-run all.
+RESOLVED_CONFIG = _write_spec(f"{RESULTS}/specs/config.resolved.json", CFG)
+
+
+# ---------------------------------------------------------------- models
+def split_checkpoint(model):
+    """'envace_8b-step0050' -> ('envace_8b', 50); a plain model id -> (model, None)."""
+    run, sep, step = model.rpartition("-step")
+    return (run, int(step)) if sep and step.isdigit() else (model, None)
+
+
+def model_entry(model):
+    run, step = split_checkpoint(model)
+    if step is not None:
+        return {"kind": "trained", "run": run, "size": CFG["models"].get(run, {}).get("size", "8B")}
+    return CFG["models"][model]
+
+
+def model_ready(model):
+    """The file that says a model can be served: training done-file, tiny model, or nothing (HF id)."""
+    entry = model_entry(model)
+    if entry["kind"] == "trained":
+        return [f"{RESULTS}/train/{entry['run']}/done.json"]
+    if entry["kind"] == "tiny":
+        return [f"{TINY_MODEL}/done.json"]
+    return []
+
+
+def model_gpus(model):
+    if IS_SMOKE:
+        return 0
+    return CFG["resources"]["serve_gpus"].get(model_entry(model).get("size", "8B"), 1)
+
+
+def job_gpus(models, benchmark):
+    """GPUs of one evaluation job: each served model plus the benchmark's user simulator / judge."""
+    if IS_SMOKE:
+        return 0
+    bench = CFG["benchmarks"][benchmark]
+    helpers = {bench[k] for k in ("user_simulator", "judge") if k in bench}
+    helper_gpus = CFG["resources"]["serve_gpus"].get("30B", 4) * len(helpers)
+    return sum(model_gpus(m) for m in set(models)) + helper_gpus
+
+
+def eval_gpus(wildcards):
+    return job_gpus([wildcards.model], wildcards.benchmark)
+
+
+# ---------------------------------------------------------------- the matrix
+def eval_pairs():
+    """Every (model, benchmark) evaluated with all seeds: Tables 1-2 and the Figure 5 checkpoints."""
+    pairs = []
+    for table in ("table1", "table2"):
+        block = CFG["evaluation"][table]
+        pairs += [(m, b) for m in block["models"] for b in block["benchmarks"]]
+    ckpt = CFG["evaluation"]["checkpoints"]
+    pairs += [(checkpoint_model_id(ckpt["run"], s), ckpt["benchmark"]) for s in ckpt["steps"]]
+    return sorted(set(pairs))
+
+
+def eval_files(model, benchmark, root=None):
+    root = root or REPORT_SOURCE
+    return [f"{root}/eval/{model}/{benchmark}/seed{s}.jsonl" for s in CFG["seeds"]]
+
+
+def tts_files(setting, benchmark, root=None):
+    root = root or REPORT_SOURCE
+    return [f"{root}/tts/{setting}/{benchmark}/seed{s}.jsonl" for s in CFG["tts"]["seeds"]]
+
+
+def tts_args(setting):
+    """Command-line flags of `envace eval` for a TTS setting id ('no_tts' or mode_nN_rehearser)."""
+    if setting == "no_tts":
+        return "--tts none"
+    mode, n, rehearser = setting.split("_")
+    model = CFG["tts"]["rehearsers"][rehearser]
+    return f"--tts {mode} --n {n[1:]} --rehearser {model}"
+
+
+def tts_rehearser_ready(setting):
+    if setting == "no_tts":
+        return []
+    return model_ready(CFG["tts"]["rehearsers"][setting.split("_")[2]])
+
+
+# ---------------------------------------------------------------- report inputs (one place)
+def table_inputs(table):
+    if table in ("table1", "table2"):
+        block = CFG["evaluation"][table]
+        return [f for m in block["models"] for b in block["benchmarks"] for f in eval_files(m, b)]
+    if table == "table3":
+        return [f for s in CFG["tts"]["table3"].values() for b in CFG["tts"]["benchmarks"] for f in tts_files(s, b)]
+    raise ValueError(f"unknown table {table}")
+
+
+def figure_inputs(figure):
+    if figure == "fig3":
+        return [f for m in CFG["report"]["fig3"].values() for f in eval_files(m, "tau2")]
+    if figure == "fig4":
+        models = [m for sizes in CFG["report"]["fig4"].values() for m in sizes.values()]
+        return [f for m in models for b in ("bfcl_v4", "tau2") for f in eval_files(m, b)]
+    if figure == "fig5":
+        ckpt = CFG["evaluation"]["checkpoints"]
+        models = [checkpoint_model_id(ckpt["run"], s) for s in ckpt["steps"]]
+        return [f for m in models for f in eval_files(m, ckpt["benchmark"])]
+    if figure == "fig6":
+        return [f for s in CFG["tts"]["settings"] for b in CFG["tts"]["benchmarks"] for f in tts_files(s, b)]
+    raise ValueError(f"unknown figure {figure}")
+
+
+FIGURE_NAMES = {
+    "fig3": "fig3_ablation",
+    "fig4": "fig4_scaling",
+    "fig5": "fig5_training_dynamics",
+    "fig6": "fig6_tts_vs_n",
+}
+TABLES = ["table1", "table2", "table3"]
+
+
+def all_report_outputs():
+    outs = [f"{RESULTS}/tables/{t}.md" for t in TABLES]
+    outs += [f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()]
+    outs += [f"{RESULTS}/paper_diff.md"]
+    return outs
+
+
+# ---------------------------------------------------------------- rule helpers
+def train_inputs(wildcards):
+    run = CFG["training"]["runs"][wildcards.run]
+    base = [m for m, e in CFG["models"].items() if e.get("path") == run["base_model"]]
+    ready = model_ready(base[0]) if base else []
+    return {
+        "spec": run_spec(wildcards.run),
+        "data": f"{DATA_DIR}/cm2_train.parquet",
+        "base": ready,
+    }
+
+
+def train_nodes(wildcards):
+    return CFG["training"]["runs"][wildcards.run]["nodes"]
+
+
+def train_gres(wildcards):
+    """GPUs per node as a generic resource (`--gres=gpu:8` is per node, unlike `--gpus`, which is
+    per job and can spread unevenly across nodes). None on CPU."""
+    per_node = CFG["training"]["runs"][wildcards.run]["gpus_per_node"]
+    return f"gpu:{per_node}" if per_node and not IS_SMOKE else None
+
+
+def eval_inputs(wildcards):
+    return {
+        "spec": eval_spec(wildcards.model, wildcards.benchmark),
+        "model": model_ready(wildcards.model),
+    }
+
+
+def model_path_arg(model):
+    run, step = split_checkpoint(model)
+    if step is not None:
+        return f"--checkpoint-dir {CKPT_DIR}/{run} --step {step}"
+    entry = CFG["models"][model]
+    if entry["kind"] == "trained":
+        return f"--checkpoint-dir {CKPT_DIR}/{entry['run']}"
+    return f"--model-path {entry['path']}"
+
+
+def tts_inputs(wildcards):
+    actor = CFG["tts"]["actor"]
+    return {
+        "spec": eval_spec(actor, wildcards.benchmark),
+        "actor": model_ready(actor),
+        "rehearser": tts_rehearser_ready(wildcards.setting),
+    }
+
+
+def tts_gpus(wildcards):
+    models = [CFG["tts"]["actor"]]
+    if wildcards.setting != "no_tts":
+        models.append(CFG["tts"]["rehearsers"][wildcards.setting.split("_")[2]])
+    return job_gpus(models, wildcards.benchmark)
+
+
+def figure_rule_inputs(wildcards):
+    key = {name: fig for fig, name in FIGURE_NAMES.items()}[wildcards.name]
+    return figure_inputs(key)

@@ -1,0 +1,30 @@
+# Models and data the rest of the DAG needs: the tiny smoke model and the CM2 training parquet.
+
+
+rule build_tiny_model:
+    """Smoke scale: build the tiny Qwen3-architecture model and tokenizer in-process (no download)."""
+    output:
+        done=f"{TINY_MODEL}/done.json",
+    params:
+        outdir=lambda wc, output: os.path.dirname(output.done),
+    log:
+        f"{RESULTS}/logs/build_tiny_model.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace tiny-model --out {params.outdir} --done {output.done} > {log} 2>&1"
+
+
+rule prepare_training_data:
+    """CM2 records -> the parquet verl reads (tools, reference pairs, checklists); bad records reported."""
+    output:
+        parquet=f"{DATA_DIR}/cm2_train.parquet",
+        summary=f"{DATA_DIR}/cm2_summary.json",
+    params:
+        config=RESOLVED_CONFIG,
+    log:
+        f"{RESULTS}/logs/prepare_training_data.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace data --config {params.config} --out {output.parquet} --summary {output.summary} > {log} 2>&1"

@@ -1,0 +1,85 @@
+# Reporting: per-sample results -> bootstrap intervals -> Tables 1-3, Figures 3-6, the paper diff.
+# Each table and figure is its own target and depends only on the evaluations it shows.
+
+
+rule summary:
+    """Avg@k with a two-level bootstrap interval for one (model, benchmark)."""
+    input:
+        lambda wc: eval_files(wc.model, wc.benchmark),
+    output:
+        f"{RESULTS}/summary/{{model}}/{{benchmark}}.json",
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
+    log:
+        f"{RESULTS}/logs/summary/{{model}}/{{benchmark}}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace aggregate --config {params.config} --results-dir {params.source} "
+        "--model {wildcards.model} --benchmark {wildcards.benchmark} --out {output} > {log} 2>&1"
+
+
+rule table:
+    """One of Tables 1-3 as CSV, Markdown and LaTeX, ours with CI beside the paper's value."""
+    input:
+        lambda wc: table_inputs(wc.table),
+    output:
+        md=f"{RESULTS}/tables/{{table}}.md",
+        csv=f"{RESULTS}/tables/{{table}}.csv",
+        tex=f"{RESULTS}/tables/{{table}}.tex",
+    wildcard_constraints:
+        table="table[123]",
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
+        outdir=lambda wc, output: os.path.dirname(output.md),
+    log:
+        f"{RESULTS}/logs/tables/{{table}}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace tables {wildcards.table} --config {params.config} --results-dir {params.source} "
+        "--out-dir {params.outdir} > {log} 2>&1"
+
+
+rule figure:
+    """One of Figures 3-6 (PDF and PNG): our values with error bars, the paper's as markers."""
+    input:
+        figure_rule_inputs,
+    output:
+        pdf=f"{FIGURES}/{{name}}.pdf",
+        png=f"{FIGURES}/{{name}}.png",
+    wildcard_constraints:
+        name="|".join(FIGURE_NAMES.values()),
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
+        fig=lambda wc: wc.name.split("_")[0],
+    log:
+        f"{RESULTS}/logs/figures/{{name}}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace figures {params.fig} --config {params.config} --results-dir {params.source} "
+        "--out {output.pdf} > {log} 2>&1"
+
+
+rule paper_diff:
+    """Every paper cell and claim against ours: EXACT / WITHIN_CI / OUTSIDE_CI / MISSING."""
+    input:
+        tables=[f"{RESULTS}/tables/{t}.md" for t in TABLES],
+        figures=[f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()],
+    output:
+        md=f"{RESULTS}/paper_diff.md",
+        json=f"{RESULTS}/paper_diff.json",
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
+    log:
+        f"{RESULTS}/logs/paper_diff.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace diff --config {params.config} --results-dir {params.source} "
+        "--out-md {output.md} --out-json {output.json} > {log} 2>&1"

@@ -1,0 +1,24 @@
+# Training: EnvACE (shared roles), standard GRPO, per-role policy — one job per run.
+# Checkpoints live in paths.checkpoints, which Snakemake does not own: a failed or cancelled job never
+# deletes them, and a re-submitted job resumes from the last one. The rule's output is a done-file.
+
+
+rule train:
+    """Train one run of training.runs (verl on GPU; the single-process CPU trainer at smoke scale)."""
+    input:
+        unpack(train_inputs),
+    output:
+        done=protected(f"{RESULTS}/train/{{run}}/done.json"),
+    params:
+        config=RESOLVED_CONFIG,
+        ckpt=lambda wc: f"{CKPT_DIR}/{wc.run}",
+    log:
+        f"{RESULTS}/logs/train/{{run}}.log",
+    resources:
+        nodes=train_nodes,
+        gres=train_gres,
+    conda:
+        CONDA_ENV
+    shell:
+        "envace train --config {params.config} --run {wildcards.run} "
+        "--checkpoint-dir {params.ckpt} --done {output.done} > {log} 2>&1"
