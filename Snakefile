@@ -7,7 +7,12 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The paper config is the default; `--configfile config/smoke.yaml` replaces it (not merged into it:
+# Snakemake would otherwise deep-merge the two matrices).
+if "scale" not in config:
+
+    configfile: "config/config.yaml"
+
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

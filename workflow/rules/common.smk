@@ -178,6 +178,7 @@ def all_report_outputs():
     outs = [f"{RESULTS}/tables/{t}.md" for t in TABLES]
     outs += [f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()]
     outs += [f"{RESULTS}/paper_diff.md"]
+    outs += [f"{RESULTS}/summary/{m}/{b}.json" for m, b in eval_pairs()]
     return outs
 
 

@@ -1,0 +1,93 @@
+"""The Snakemake DAG: the paper matrix plans every job the paper needs; each figure and table is its
+own target; the smoke config is the same DAG; resources reach the Slurm executor; bad config fails."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def dry_run(repo_root, *args: str) -> tuple[int, str]:
+    proc = subprocess.run(
+        [SNAKEMAKE, *args, "-n", "--quiet", "rules"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def job_counts(output: str) -> dict[str, int]:
+    table = output.split("Job stats:", 1)[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\S+)\s+(\d+)$", table, re.M)}
+
+
+def test_paper_dag_lists_every_job(repo_root):
+    rc, out = dry_run(repo_root, "all")
+    assert rc == 0, out
+    counts = job_counts(out)
+    # 5 runs: EnvACE 8B/1.7B, GRPO 8B/1.7B, per-role 8B
+    assert counts["train"] == 5
+    # Avg@4: Table 1 (14 models x 3 benchmarks) + Table 2 (3 x FinMCP) + Fig. 5 (10 checkpoints x tau2)
+    assert counts["evaluate"] == (14 * 3 + 3 * 1 + 10) * 4
+    # {parallel, sequential} x N in {1,2,3} x {envace, base} + no TTS, on tau2 and BFCL multi-turn
+    assert counts["tts_evaluate"] == (2 * 3 * 2 + 1) * 2
+    assert counts["table"] == 3 and counts["figure"] == 4 and counts["paper_diff"] == 1
+    assert counts["summary"] == 14 * 3 + 3 + 10
+
+
+@pytest.mark.parametrize(
+    "target, expected",
+    [
+        # fig3: tau2 for GRPO-8B, per-role-8B, EnvACE-8B
+        ("figures/fig3_ablation.pdf", {"train": 3, "evaluate": 12, "figure": 1, "prepare_training_data": 1}),
+        # table2: FinMCP for EnvACE-8B and two external baselines
+        ("results/tables/table2.md", {"train": 1, "evaluate": 12, "table": 1, "prepare_training_data": 1}),
+    ],
+)
+def test_one_target_plans_only_its_ancestors(repo_root, target, expected):
+    rc, out = dry_run(repo_root, target)
+    assert rc == 0, out
+    counts = job_counts(out)
+    counts.pop("total")
+    assert counts == expected
+
+
+def test_smoke_config_is_the_same_dag(repo_root):
+    rc, out = dry_run(repo_root, "all", "--configfile", "config/smoke.yaml")
+    assert rc == 0, out
+    counts = job_counts(out)
+    assert counts["train"] == 5 and counts["build_tiny_model"] == 1
+    assert counts["evaluate"] == (14 * 3 + 3 + 2) * 2  # Avg@2, two checkpoints
+    assert counts["tts_evaluate"] == 26
+
+
+def rule_resources(repo_root, target: str, rule: str) -> str:
+    proc = subprocess.run(
+        [SNAKEMAKE, target, "--profile", "slurm", "-n"], cwd=repo_root, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    block = proc.stdout.split(f"rule {rule}:", 1)[1]
+    return re.search(r"resources: (.*)", block)[1]
+
+
+def test_slurm_profile_renders_gpu_resources(repo_root):
+    train = rule_resources(repo_root, "results/train/envace_8b/done.json", "train")
+    assert "nodes=2" in train and "gres=gpu:8" in train and "runtime=4320" in train
+    assert "slurm_partition=REPLACE-WITH-YOUR-PARTITION" in train
+    # tau2 evaluation: the 8B model (1 GPU) plus the 30B user simulator (4 GPUs)
+    tau2 = rule_resources(repo_root, "results/eval/qwen3_8b/tau2/seed0.jsonl", "evaluate")
+    assert "gpu=5" in tau2 and "cpus_per_gpu=8" in tau2 and "slurm_account=" in tau2
+    bfcl = rule_resources(repo_root, "results/eval/qwen3_8b/bfcl_v4/seed0.jsonl", "evaluate")
+    assert "gpu=1," in bfcl + ","
+
+
+def test_bad_config_override_fails_at_parse_time(repo_root):
+    rc, out = dry_run(repo_root, "all", "--config", "seeds=not-a-list")
+    assert rc != 0
+    assert "seeds" in out
