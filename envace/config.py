@@ -111,7 +111,10 @@ def tts_settings(cfg: Mapping[str, Any]) -> list[str]:
     """All test-time-scaling setting ids: ``no_tts`` and ``{mode}_n{N}_{rehearser}``."""
     tts = cfg["tts"]
     return ["no_tts"] + [
-        f"{mode}_n{n}_{rehearser}" for mode in tts["modes"] for n in tts["n"] for rehearser in tts["rehearsers"]
+        f"{mode}_n{n}_{rehearser}"
+        for mode in tts["modes"]
+        for n in tts["n"]
+        for rehearser in tts["rehearsers"]
     ]
 
 

@@ -125,7 +125,9 @@ class ToolRegistry:
         """Tool names, in the given order."""
         return list(self._validators)
 
-    def validate(self, candidate: CallCandidate, level: Precheck = "schema") -> tuple[RehearsalError, str] | None:
+    def validate(
+        self, candidate: CallCandidate, level: Precheck = "schema"
+    ) -> tuple[RehearsalError, str] | None:
         """Run validation steps 1 to 3 (``level="format"``: step 1 only) on a candidate call.
 
         Returns ``(code, message)`` for the first failed step, or ``None`` if the call passes.
@@ -178,7 +180,9 @@ def error_observation(code: str, message: str) -> str:
     return json.dumps({"error": str(code), "message": message}, ensure_ascii=False)
 
 
-def precheck_call(candidate: CallCandidate, registry: ToolRegistry, level: Precheck) -> RehearsalOutcome | None:
+def precheck_call(
+    candidate: CallCandidate, registry: ToolRegistry, level: Precheck
+) -> RehearsalOutcome | None:
     """Our extension: answer an invalid call without a model. ``None`` means "rehearse it"."""
     if level not in PRECHECK_LEVELS:
         raise ValueError(f"precheck must be one of {PRECHECK_LEVELS}, got {level!r}")
@@ -266,9 +270,10 @@ class RehearsalPrompt:
         tools: list[dict[str, Any]],
         references: list[dict[str, Any]],
         history: list[dict[str, Any]],
+        notes: list[tuple[CallCandidate, str]],
         candidate: CallCandidate,
     ) -> str:
-        """The first user message: tools, references (if any), history, first call.
+        """The first user message: tools, references (if any), history, notes (if any), first call.
 
         ``references``: items ``{"call": {...}, "response": ...}`` from the training example.
         """
@@ -278,7 +283,10 @@ class RehearsalPrompt:
             refs = self.text["references"].format(pairs=pairs)
         tools_text = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
         return self.text["first_user"].format(
-            tools=tools_text, references=refs, history=_serialize_history(history), call=self.call(candidate)
+            tools=tools_text,
+            references=refs,
+            history=_serialize_history(history),
+            call=self.next_user(notes, candidate),
         )
 
     def next_user(self, notes: list[tuple[CallCandidate, str]], candidate: CallCandidate) -> str:
@@ -307,23 +315,24 @@ class RehearsalContext:
     history: list[dict[str, Any]]
     references: list[dict[str, Any]] = field(default_factory=list)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    tokens: ChatTokens | None = None
-    _notes: list[tuple[CallCandidate, str]] = field(default_factory=list)
+    tokens: ChatTokens | None = field(default=None, init=False)
+    _notes: list[tuple[CallCandidate, str]] = field(default_factory=list, init=False)
 
     def note(self, candidate: CallCandidate, observation: str) -> None:
         """Record a call answered without this context."""
         self._notes.append((candidate, observation))
 
     def prompt_ids(self, candidate: CallCandidate) -> list[int]:
-        """The full prompt ids for rehearsing ``candidate`` (shape ``(L,)``, a copy).
+        """The full prompt ids for rehearsing ``candidate``, shape ``(L,)``.
 
-        The first call renders ``[system, first_user]``; later calls append one user message.
+        The first call renders ``[system, first_user]``; later calls append one user message. Returns
+        the context's live list (it only ever grows; callers must not mutate it).
         """
         if self.tokens is None:
             messages = [
                 {"role": "system", "content": self.prompt.system()},
                 {"role": "user", "content": self.prompt.first_user(
-                    self.registry.tools, self.references, self.history, candidate)},
+                    self.registry.tools, self.references, self.history, self._notes, candidate)},
             ]
             self.tokens = ChatTokens(self.tokenizer, messages, template_kwargs=self.template_kwargs)
             self._notes.clear()
@@ -331,7 +340,7 @@ class RehearsalContext:
             user = {"role": "user", "content": self.prompt.next_user(self._notes, candidate)}
             self.tokens.append_messages([user])
             self._notes.clear()
-        return list(self.tokens.ids)
+        return self.tokens.ids
 
     def record_response(self, response_ids: list[int]) -> None:
         """Append the generated reply ids to the context."""

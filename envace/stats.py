@@ -49,7 +49,7 @@ DEFAULT_CHUNK = 2000
 _DEGENERATE_TOL = 1e-12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TaskMatrix:
     """Scores of one method on one benchmark: tasks x runs, with each task's group.
 

@@ -47,7 +47,11 @@ def test_paper_hyperparameters(paper):
 def test_every_hyperparameter_cites_its_source():
     """Each training hyperparameter's schema description names paper, authors' script or our choice."""
     run_props = schema()["$defs"]["training_run"]["properties"]
-    uncited = [k for k, v in run_props.items() if not re.search(r"paper|authors' script|our", v.get("description", ""))]
+    uncited = [
+        k
+        for k, v in run_props.items()
+        if not re.search(r"paper|authors' script|our", v.get("description", ""))
+    ]
     assert uncited == []
 
 

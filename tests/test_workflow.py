@@ -69,7 +69,11 @@ def test_smoke_config_is_the_same_dag(repo_root):
 
 def rule_resources(repo_root, target: str, rule: str) -> str:
     proc = subprocess.run(
-        [SNAKEMAKE, target, "--profile", "slurm", "-n"], cwd=repo_root, capture_output=True, text=True, timeout=120
+        [SNAKEMAKE, target, "--profile", "slurm", "-n"],
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     block = proc.stdout.split(f"rule {rule}:", 1)[1]
