@@ -14,7 +14,6 @@ if "scale" not in config:
     configfile: "config/config.yaml"
 
 
-
 validate(config, "workflow/schemas/config.schema.yaml")
 
 
@@ -27,6 +26,6 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_report_outputs(),
-    default_target: True

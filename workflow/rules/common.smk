@@ -20,6 +20,7 @@ TINY_MODEL = f"{MODELS_DIR}/tiny"
 # The cluster environment (used with `--sdm conda`); on CPU the project's .venv provides everything.
 CONDA_ENV = "../../environment.yml"
 
+
 wildcard_constraints:
     model=r"[a-z0-9_]+(-step\d{4})?",
     run=r"[a-z0-9_]+",
@@ -45,12 +46,21 @@ def _write_spec(path, payload):
 
 def run_spec(run):
     spec = CFG["training"]["runs"][run]
-    payload = {"run": run, "hash": config_hash(spec), "spec": spec, "scale": CFG["scale"]}
+    payload = {
+        "run": run,
+        "hash": config_hash(spec),
+        "spec": spec,
+        "scale": CFG["scale"],
+    }
     return _write_spec(f"{RESULTS}/specs/train/{run}.json", payload)
 
 
 def eval_spec(model, benchmark):
-    payload = {"model": model, "benchmark": benchmark, "hash": eval_hash(CFG, model, benchmark)}
+    payload = {
+        "model": model,
+        "benchmark": benchmark,
+        "hash": eval_hash(CFG, model, benchmark),
+    }
     return _write_spec(f"{RESULTS}/specs/eval/{model}/{benchmark}.json", payload)
 
 
@@ -69,7 +79,11 @@ def split_checkpoint(model):
 def model_entry(model):
     run, step = split_checkpoint(model)
     if step is not None:
-        return {"kind": "trained", "run": run, "size": CFG["models"].get(run, {}).get("size", "8B")}
+        return {
+            "kind": "trained",
+            "run": run,
+            "size": CFG["models"].get(run, {}).get("size", "8B"),
+        }
     return CFG["models"][model]
 
 
@@ -111,7 +125,9 @@ def eval_pairs():
         block = CFG["evaluation"][table]
         pairs += [(m, b) for m in block["models"] for b in block["benchmarks"]]
     ckpt = CFG["evaluation"]["checkpoints"]
-    pairs += [(checkpoint_model_id(ckpt["run"], s), ckpt["benchmark"]) for s in ckpt["steps"]]
+    pairs += [
+        (checkpoint_model_id(ckpt["run"], s), ckpt["benchmark"]) for s in ckpt["steps"]
+    ]
     return sorted(set(pairs))
 
 
@@ -122,7 +138,9 @@ def eval_files(model, benchmark, root=None):
 
 def tts_files(setting, benchmark, root=None):
     root = root or REPORT_SOURCE
-    return [f"{root}/tts/{setting}/{benchmark}/seed{s}.jsonl" for s in CFG["tts"]["seeds"]]
+    return [
+        f"{root}/tts/{setting}/{benchmark}/seed{s}.jsonl" for s in CFG["tts"]["seeds"]
+    ]
 
 
 def tts_args(setting):
@@ -144,24 +162,43 @@ def tts_rehearser_ready(setting):
 def table_inputs(table):
     if table in ("table1", "table2"):
         block = CFG["evaluation"][table]
-        return [f for m in block["models"] for b in block["benchmarks"] for f in eval_files(m, b)]
+        return [
+            f
+            for m in block["models"]
+            for b in block["benchmarks"]
+            for f in eval_files(m, b)
+        ]
     if table == "table3":
-        return [f for s in CFG["tts"]["table3"].values() for b in CFG["tts"]["benchmarks"] for f in tts_files(s, b)]
+        return [
+            f
+            for s in CFG["tts"]["table3"].values()
+            for b in CFG["tts"]["benchmarks"]
+            for f in tts_files(s, b)
+        ]
     raise ValueError(f"unknown table {table}")
 
 
 def figure_inputs(figure):
     if figure == "fig3":
-        return [f for m in CFG["report"]["fig3"].values() for f in eval_files(m, "tau2")]
+        return [
+            f for m in CFG["report"]["fig3"].values() for f in eval_files(m, "tau2")
+        ]
     if figure == "fig4":
         models = [m for sizes in CFG["report"]["fig4"].values() for m in sizes.values()]
-        return [f for m in models for b in ("bfcl_v4", "tau2") for f in eval_files(m, b)]
+        return [
+            f for m in models for b in ("bfcl_v4", "tau2") for f in eval_files(m, b)
+        ]
     if figure == "fig5":
         ckpt = CFG["evaluation"]["checkpoints"]
         models = [checkpoint_model_id(ckpt["run"], s) for s in ckpt["steps"]]
         return [f for m in models for f in eval_files(m, ckpt["benchmark"])]
     if figure == "fig6":
-        return [f for s in CFG["tts"]["settings"] for b in CFG["tts"]["benchmarks"] for f in tts_files(s, b)]
+        return [
+            f
+            for s in CFG["tts"]["settings"]
+            for b in CFG["tts"]["benchmarks"]
+            for f in tts_files(s, b)
+        ]
     raise ValueError(f"unknown figure {figure}")
 
 

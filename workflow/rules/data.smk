@@ -5,12 +5,12 @@ rule build_tiny_model:
     """Smoke scale: build the tiny Qwen3-architecture model and tokenizer in-process (no download)."""
     output:
         done=f"{TINY_MODEL}/done.json",
-    params:
-        outdir=lambda wc, output: os.path.dirname(output.done),
     log:
         f"{RESULTS}/logs/build_tiny_model.log",
     conda:
         CONDA_ENV
+    params:
+        outdir=lambda wc, output: os.path.dirname(output.done),
     shell:
         "envace tiny-model --out {params.outdir} --done {output.done} > {log} 2>&1"
 
@@ -20,11 +20,11 @@ rule prepare_training_data:
     output:
         parquet=f"{DATA_DIR}/cm2_train.parquet",
         summary=f"{DATA_DIR}/cm2_summary.json",
-    params:
-        config=RESOLVED_CONFIG,
     log:
         f"{RESULTS}/logs/prepare_training_data.log",
     conda:
         CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
     shell:
         "envace data --config {params.config} --out {output.parquet} --summary {output.summary} > {log} 2>&1"

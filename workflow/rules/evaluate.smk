@@ -10,15 +10,15 @@ rule evaluate:
     output:
         samples=f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{{seed}}.jsonl",
         manifest=f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{{seed}}.manifest.json",
+    log:
+        f"{RESULTS}/logs/eval/{{model}}/{{benchmark}}/seed{{seed}}.log",
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=eval_gpus,
     params:
         config=RESOLVED_CONFIG,
         model=lambda wc: model_path_arg(wc.model),
-    log:
-        f"{RESULTS}/logs/eval/{{model}}/{{benchmark}}/seed{{seed}}.log",
-    resources:
-        gpu=eval_gpus,
-    conda:
-        CONDA_ENV
     shell:
         "envace eval --config {params.config} --model {wildcards.model} {params.model} "
         "--benchmark {wildcards.benchmark} --seed {wildcards.seed} --out {output.samples} > {log} 2>&1"

@@ -8,13 +8,13 @@ rule summary:
         lambda wc: eval_files(wc.model, wc.benchmark),
     output:
         f"{RESULTS}/summary/{{model}}/{{benchmark}}.json",
-    params:
-        config=RESOLVED_CONFIG,
-        source=lambda wc, input: REPORT_SOURCE,
     log:
         f"{RESULTS}/logs/summary/{{model}}/{{benchmark}}.log",
     conda:
         CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
     shell:
         "envace aggregate --config {params.config} --results-dir {params.source} "
         "--model {wildcards.model} --benchmark {wildcards.benchmark} --out {output} > {log} 2>&1"
@@ -28,16 +28,16 @@ rule table:
         md=f"{RESULTS}/tables/{{table}}.md",
         csv=f"{RESULTS}/tables/{{table}}.csv",
         tex=f"{RESULTS}/tables/{{table}}.tex",
+    log:
+        f"{RESULTS}/logs/tables/{{table}}.log",
     wildcard_constraints:
         table="table[123]",
+    conda:
+        CONDA_ENV
     params:
         config=RESOLVED_CONFIG,
         source=lambda wc, input: REPORT_SOURCE,
         outdir=lambda wc, output: os.path.dirname(output.md),
-    log:
-        f"{RESULTS}/logs/tables/{{table}}.log",
-    conda:
-        CONDA_ENV
     shell:
         "envace tables {wildcards.table} --config {params.config} --results-dir {params.source} "
         "--out-dir {params.outdir} > {log} 2>&1"
@@ -50,16 +50,16 @@ rule figure:
     output:
         pdf=f"{FIGURES}/{{name}}.pdf",
         png=f"{FIGURES}/{{name}}.png",
+    log:
+        f"{RESULTS}/logs/figures/{{name}}.log",
     wildcard_constraints:
         name="|".join(FIGURE_NAMES.values()),
+    conda:
+        CONDA_ENV
     params:
         config=RESOLVED_CONFIG,
         source=lambda wc, input: REPORT_SOURCE,
         fig=lambda wc: wc.name.split("_")[0],
-    log:
-        f"{RESULTS}/logs/figures/{{name}}.log",
-    conda:
-        CONDA_ENV
     shell:
         "envace figures {params.fig} --config {params.config} --results-dir {params.source} "
         "--out {output.pdf} > {log} 2>&1"
@@ -73,13 +73,13 @@ rule paper_diff:
     output:
         md=f"{RESULTS}/paper_diff.md",
         json=f"{RESULTS}/paper_diff.json",
-    params:
-        config=RESOLVED_CONFIG,
-        source=lambda wc, input: REPORT_SOURCE,
     log:
         f"{RESULTS}/logs/paper_diff.log",
     conda:
         CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
     shell:
         "envace diff --config {params.config} --results-dir {params.source} "
         "--out-md {output.md} --out-json {output.json} > {log} 2>&1"

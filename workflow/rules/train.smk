@@ -9,16 +9,16 @@ rule train:
         unpack(train_inputs),
     output:
         done=protected(f"{RESULTS}/train/{{run}}/done.json"),
-    params:
-        config=RESOLVED_CONFIG,
-        ckpt=lambda wc: f"{CKPT_DIR}/{wc.run}",
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
+    conda:
+        CONDA_ENV
     resources:
         nodes=train_nodes,
         gres=train_gres,
-    conda:
-        CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
+        ckpt=lambda wc: f"{CKPT_DIR}/{wc.run}",
     shell:
         "envace train --config {params.config} --run {wildcards.run} "
         "--checkpoint-dir {params.ckpt} --done {output.done} > {log} 2>&1"

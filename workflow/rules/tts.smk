@@ -9,17 +9,17 @@ rule tts_evaluate:
     output:
         samples=f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.jsonl",
         manifest=f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.manifest.json",
+    log:
+        f"{RESULTS}/logs/tts/{{setting}}/{{benchmark}}/seed{{seed}}.log",
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=tts_gpus,
     params:
         config=RESOLVED_CONFIG,
         actor=CFG["tts"]["actor"],
         actor_path=model_path_arg(CFG["tts"]["actor"]),
         tts=lambda wc: tts_args(wc.setting),
-    log:
-        f"{RESULTS}/logs/tts/{{setting}}/{{benchmark}}/seed{{seed}}.log",
-    resources:
-        gpu=tts_gpus,
-    conda:
-        CONDA_ENV
     shell:
         "envace eval --config {params.config} --model {params.actor} {params.actor_path} {params.tts} "
         "--benchmark {wildcards.benchmark} --seed {wildcards.seed} --out {output.samples} > {log} 2>&1"
