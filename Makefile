@@ -39,6 +39,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
 
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n all

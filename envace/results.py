@@ -181,12 +181,14 @@ def write_results(
     scale: str,
     config_hash: str,
     started: str | None = None,
+    finished: str | None = None,
     git_commit: str | None = None,
     package_versions: Mapping[str, str] | None = None,
 ) -> Path:
     """Validate and write a complete result file and its manifest; returns the JSONL path.
 
-    ``model`` is the model id (the setting id for test-time scaling). ``git_commit`` and
+    ``model`` is the model id (the setting id for test-time scaling). ``finished`` defaults to now (UTC);
+    ``git_commit`` and
     ``package_versions`` default to the current repository commit and :func:`installed_versions`.
     Raises :class:`ResultsError` for an invalid line (nothing is written then).
     """
@@ -212,7 +214,7 @@ def write_results(
         "config_hash": config_hash,
         "package_versions": dict(package_versions) if package_versions is not None else installed_versions(),
         "started": started,
-        "finished": _now(),
+        "finished": finished or _now(),
     }
     problem = _schema_error("manifest", manifest)
     if problem:
