@@ -8,6 +8,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Rules call `envace` and `snakemake`: make the venv's tools visible to every job.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip prints one warning per package for this machine's unused local index folders; hide only those.
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 
