@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 # shipped example results: tables, figures and the paper diff, all marked SMOKE.
 smoke: $(STAMP)
 	$(BIN)/snakemake --profile profiles/local --configfile config/smoke.yaml \
-		--config report_source=tests/data/example_results -- all
+		--config report_source=tests/data/smoke_results -- all
 	@echo "[envace] smoke outputs:"
 	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}"
 	@echo "  figures:    figures/smoke/fig{3,4,5,6}_*.{pdf,png}"

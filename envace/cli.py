@@ -11,6 +11,10 @@ from envace.config import ConfigError
 
 #: modules under envace that define ``add_parser(subparsers)``; each parser sets ``func``.
 COMMAND_MODULES = [
+    "envace.report.aggregate_cmd",
+    "envace.report.tables",
+    "envace.report.figures",
+    "envace.report.diff",
     "envace.commands.pending",
 ]
 

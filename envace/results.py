@@ -232,7 +232,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     if not Path(path).exists():
         raise IncompleteResultsError(f"{path}: result file does not exist")
     if not mpath.exists():
-        raise IncompleteResultsError(f"{path}: no manifest ({mpath.name}); the run is partial or still running")
+        raise IncompleteResultsError(
+            f"{path}: no manifest ({mpath.name}); the run is partial or still running"
+        )
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"), parse_constant=_reject_constant)
     except ValueError as exc:

@@ -1,0 +1,213 @@
+"""Shared machinery of the report subcommands: cells with bootstrap intervals, options, provenance.
+
+:class:`ReportContext` loads each evaluation once (:func:`envace.report.evaluations.load_evaluation`),
+turns a request "this linear combination of methods over these benchmarks" into a :class:`Cell` (an
+:class:`~envace.stats.Interval` in percent, or the reasons it is MISSING) and collects the provenance
+written in every output header: scale, config hash, report commit, the commits and package versions
+recorded in the manifests actually used, seeds, and the bootstrap settings.
+
+A missing or partial evaluation makes the cell MISSING; corrupt or stale results raise
+:class:`~envace.results.ResultsError`, which the subcommands report as an error (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envace.config import checkpoint_model_id, config_hash, load_config
+from envace.report.evaluations import Evaluation, load_evaluation
+from envace.report.paper import load_paper
+from envace.results import IncompleteResultsError, ResultsError, current_git_commit
+from envace.stats import Interval, bootstrap_linear
+
+PERCENT = 100.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A reported quantity in percent, or why it is missing."""
+
+    interval: Interval | None
+    missing: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.interval is not None
+
+    def text(self, decimals: int) -> str:
+        """``"36.70 [33.10, 40.20]"``, ``"36.70 (degenerate)"`` or ``"MISSING"``."""
+        if self.interval is None:
+            return "MISSING"
+        iv = self.interval
+        if iv.degenerate:
+            return f"{iv.point:.{decimals}f} (degenerate)"
+        return f"{iv.point:.{decimals}f} [{iv.low:.{decimals}f}, {iv.high:.{decimals}f}]"
+
+
+class ReportContext:
+    """Evaluations, cells and provenance for one configuration and results directory."""
+
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        results_dir: str | Path,
+        *,
+        paper: dict[str, Any] | None = None,
+        resamples: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.results_dir = Path(results_dir)
+        self.paper = paper if paper is not None else load_paper()
+        boot = cfg["report"]["bootstrap"]
+        self.resamples = int(resamples or boot["resamples"])
+        self.seed = int(boot["seed"])
+        self.confidence = float(boot["confidence"])
+        self._evaluations: dict[tuple[str, str, str, str | None], Evaluation | IncompleteResultsError] = {}
+
+    def evaluation(self, kind: str, name: str, benchmark: str, metric: str | None = None) -> Evaluation:
+        """The loaded evaluation (cached); raises IncompleteResultsError if missing or partial."""
+        key = (kind, name, benchmark, metric)
+        if key not in self._evaluations:
+            try:
+                self._evaluations[key] = load_evaluation(
+                    self.cfg, self.results_dir, kind, name, benchmark, metric
+                )
+            except IncompleteResultsError as exc:
+                self._evaluations[key] = exc
+        found = self._evaluations[key]
+        if isinstance(found, IncompleteResultsError):
+            raise found
+        return found
+
+    def cell(
+        self,
+        kind: str,
+        terms: Sequence[tuple[float, str]],
+        benchmarks: Sequence[str],
+        metric: str | None = None,
+    ) -> Cell:
+        """``mean over benchmarks of sum_i coef_i * score(name_i)`` in percent, with its interval.
+
+        Terms on one benchmark share task draws (paired); benchmarks are resampled independently.
+        """
+        blocks, missing = [], []
+        for bench in benchmarks:
+            block = []
+            for coef, name in terms:
+                try:
+                    block.append((coef, self.evaluation(kind, name, bench, metric).matrix))
+                except IncompleteResultsError as exc:
+                    missing.append(str(exc))
+            blocks.append(block)
+        if missing:
+            return Cell(None, tuple(missing))
+        try:
+            interval = bootstrap_linear(
+                blocks, resamples=self.resamples, seed=self.seed, confidence=self.confidence
+            )
+        except ValueError as exc:
+            names = ", ".join(name for _, name in terms)
+            raise ResultsError(f"cannot pair {names} on {list(benchmarks)}: {exc}") from exc
+        return Cell(interval.scaled(PERCENT))
+
+    def mean(self, kind: str, name: str, benchmarks: Sequence[str], metric: str | None = None) -> Cell:
+        """One method's score (Avg@k), averaged over ``benchmarks`` (benchmark-stratified)."""
+        return self.cell(kind, [(1.0, name)], benchmarks, metric)
+
+    def checkpoint_model(self, step: int) -> str:
+        """Model id evaluated for training step ``step`` of the checkpoint run.
+
+        ``{run}-stepNNNN``; for the run's last step, when that checkpoint has no complete evaluation but
+        the final model (id = run name) has, the final model.
+        """
+        ckpt = self.cfg["evaluation"]["checkpoints"]
+        run, bench = ckpt["run"], ckpt["benchmark"]
+        model = checkpoint_model_id(run, step)
+        last = self.cfg["training"]["runs"][run]["total_steps"]
+        if step != last or run not in self.cfg["models"]:
+            return model
+        try:
+            self.evaluation("eval", model, bench)
+        except IncompleteResultsError:
+            return run
+        return model
+
+    def used_evaluations(self) -> list[Evaluation]:
+        return [e for e in self._evaluations.values() if isinstance(e, Evaluation)]
+
+    def header(self) -> dict[str, Any]:
+        """Provenance of everything computed so far."""
+        used = self.used_evaluations()
+        commits = sorted({m["git_commit"] or "unknown" for e in used for m in e.manifests})
+        versions: dict[str, list[str]] = {}
+        for e in used:
+            for m in e.manifests:
+                for pkg, ver in m["package_versions"].items():
+                    if ver not in versions.setdefault(pkg, []):
+                        versions[pkg].append(ver)
+        return {
+            "scale": self.cfg["scale"].upper(),
+            "config_hash": config_hash(self.cfg),
+            "report_commit": current_git_commit(Path(__file__).parent) or "unknown",
+            "results_commits": commits,
+            "package_versions": versions,
+            "seeds": list(self.cfg["seeds"]),
+            "tts_seeds": list(self.cfg["tts"]["seeds"]),
+            "bootstrap": {
+                "resamples": self.resamples,
+                "seed": self.seed,
+                "confidence": self.confidence,
+                "method": "two-level percentile bootstrap (envace.stats)",
+            },
+            "results_dir": str(self.results_dir),
+            "paper": self.paper["_path"],
+        }
+
+    def header_line(self) -> str:
+        h = self.header()
+        boot = h["bootstrap"]
+        return (
+            f"{h['scale']} scale | report commit {h['report_commit'][:12]} | results commits "
+            f"{','.join(c[:12] for c in h['results_commits']) or 'none'} | config {h['config_hash']} | "
+            f"seeds {h['seeds']} (TTS {h['tts_seeds']}) | bootstrap {boot['resamples']} resamples, "
+            f"seed {boot['seed']}, {boot['confidence']:.0%} percentile intervals | values in %"
+        )
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--config``, ``--results-dir``, ``--paper``, ``--resamples``."""
+    parser.add_argument(
+        "--config", required=True, help="experiment config (config/config.yaml, config/smoke.yaml)"
+    )
+    parser.add_argument(
+        "--results-dir",
+        default=None,
+        help="per-sample results root (default: the config's report_source, else paths.results)",
+    )
+    parser.add_argument(
+        "--paper", default=None, help="paper numbers (default: paper_tables/paper_numbers.yaml)"
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=None,
+        help="override report.bootstrap.resamples (recorded in the header)",
+    )
+
+
+def context_from_args(args: argparse.Namespace) -> ReportContext:
+    cfg = load_config(args.config)
+    results_dir = args.results_dir or cfg.get("report_source") or cfg["paths"]["results"]
+    return ReportContext(cfg, results_dir, paper=load_paper(args.paper), resamples=args.resamples)
+
+
+def write_output(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path``, creating parent directories."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,292 @@
+"""``envace diff``: every paper cell and claim against our results, as Markdown and JSON.
+
+Entries: one per cell of ``paper_numbers.yaml`` (Tables 1-3 and the Figure 3/4/5 points, null paper values
+included), ``{"table", "row", "column", "paper", "ours", "ci_low", "ci_high", "delta", "status", "note"}``
+in percent, where status is
+
+* ``EXACT``: |ours - paper| <= half a unit of the paper's printed precision;
+* ``WITHIN_CI``: the paper's value lies in our interval; ``OUTSIDE_CI``: it does not;
+* ``MISSING``: our evaluation is absent or partial (``note`` says which); ``NO_PAPER_VALUE``: we have a
+  value, the paper's is null.
+
+Claims (``paper_numbers.yaml`` ``claims``) are checked as described in ``paper_tables/claims.yaml``, with
+paired bootstrap intervals, and get SUPPORTED / REFUTED / INCONCLUSIVE / MISSING. Exit status: 0, or 1
+with ``--strict`` when any cell is OUTSIDE_CI or any claim REFUTED, 2 for corrupt or stale results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from envace.report import points
+from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
+from envace.report.paper import decimals, load_claims
+from envace.report.tables import BUILDERS
+from envace.results import ResultsError
+
+Comparison = tuple[str, Cell]
+
+
+def cell_status(paper: float | None, cell: Cell | None, dec: int) -> str:
+    if cell is None or not cell.ok:
+        return "MISSING"
+    if paper is None:
+        return "NO_PAPER_VALUE"
+    iv = cell.interval
+    if abs(iv.point - paper) <= 0.5 * 10.0**-dec + 1e-9:
+        return "EXACT"
+    return "WITHIN_CI" if iv.low <= paper <= iv.high else "OUTSIDE_CI"
+
+
+def make_entry(table: str, row: str, column: str, paper: float | None, cell: Cell | None, dec: int) -> dict:
+    iv = cell.interval if cell is not None else None
+    note = "; ".join(cell.missing) if cell is not None and not cell.ok else ""
+    return {
+        "table": table,
+        "row": row,
+        "column": column,
+        "paper": paper,
+        "ours": iv.point if iv else None,
+        "ci_low": iv.low if iv else None,
+        "ci_high": iv.high if iv else None,
+        "degenerate": iv.degenerate if iv else None,
+        "delta": iv.point - paper if iv and paper is not None else None,
+        "decimals": dec,
+        "status": cell_status(paper, cell, dec),
+        "note": note,
+    }
+
+
+def table_entries(ctx: ReportContext) -> list[dict]:
+    entries = []
+    for name, build in BUILDERS.items():
+        section = ctx.paper[name]
+        ours = {row.key if name == "table3" else row.label: row for row in build(ctx).rows}
+        for label, values in section["rows"].items():
+            row = ours.get(label)
+            for col in section["columns"]:
+                cell = row.cells.get(col) if row else Cell(None, ("row not produced by this config",))
+                entries.append(
+                    make_entry(name, label, col, values.get(col), cell, decimals(ctx.paper, name, col))
+                )
+    return entries
+
+
+def figure_entries(ctx: ReportContext) -> list[dict]:
+    paper = ctx.paper
+    entries = []
+    fig3 = points.figure3(ctx)
+    for point, value in paper["figure3"]["points"].items():
+        cell = fig3.get(point, Cell(None, (f"report.fig3 has no '{point}'",)))
+        entries.append(
+            make_entry("figure3", point, points.FIG3_BENCHMARK, value, cell, decimals(paper, "figure3", ""))
+        )
+    fig4 = points.figure4(ctx)
+    for method, sizes in paper["figure4"]["points"].items():
+        for size, values in sizes.items():
+            for bench, value in values.items():
+                cell = (
+                    fig4.get(method, {})
+                    .get(size, {})
+                    .get(bench, Cell(None, (f"report.fig4 has no {method}/{size}",)))
+                )
+                entries.append(
+                    make_entry(
+                        "figure4", f"{method} {size}", bench, value, cell, decimals(paper, "figure4", bench)
+                    )
+                )
+    fig5 = points.figure5(ctx)
+    bench = ctx.cfg["evaluation"]["checkpoints"]["benchmark"]
+    for step, value in paper["figure5"]["points"].items():
+        cell = fig5.get(int(step), Cell(None, (f"step {step} not in evaluation.checkpoints.steps",)))
+        entries.append(
+            make_entry("figure5", f"step {step}", bench, value, cell, decimals(paper, "figure5", ""))
+        )
+    return entries
+
+
+def verdict(should_be_positive: Sequence[Cell], must_not_be_positive: Sequence[Cell] = ()) -> str:
+    """SUPPORTED / REFUTED / INCONCLUSIVE / MISSING from paired-difference intervals (see claims.yaml)."""
+    cells = [*should_be_positive, *must_not_be_positive]
+    if not cells or any(not c.ok for c in cells):
+        return "MISSING"
+    if any(c.interval.high < 0 for c in should_be_positive) or any(
+        c.interval.low > 0 for c in must_not_be_positive
+    ):
+        return "REFUTED"
+    if all(c.interval.low > 0 for c in should_be_positive):
+        return "SUPPORTED"
+    return "INCONCLUSIVE"
+
+
+def _eval_diff(ctx: ReportContext, a: str, b: str, benches: Sequence[str]) -> Comparison:
+    return f"{a} - {b} on {'+'.join(benches)}", ctx.cell("eval", [(1.0, a), (-1.0, b)], benches)
+
+
+def _tts_diff(ctx: ReportContext, a: str, b: str) -> Comparison:
+    benches = ctx.cfg["tts"]["benchmarks"]
+    return f"{a} - {b} on TTS Overall", ctx.cell("tts", [(1.0, a), (-1.0, b)], benches)
+
+
+def claim_envace_best_overall(ctx: ReportContext, spec: dict) -> tuple[str, list[Comparison]]:
+    by_label = {m["label"]: mid for mid, m in ctx.cfg["models"].items()}
+    benches = ctx.cfg["evaluation"]["table1"]["benchmarks"]
+    subject = by_label.get(spec["subject"])
+    if subject is None or not ctx.mean("eval", subject, benches).ok:
+        return "MISSING", []
+    complete = [
+        by_label[b] for b in spec["baselines"] if b in by_label and ctx.mean("eval", by_label[b], benches).ok
+    ]
+    comps = [_eval_diff(ctx, subject, base, benches) for base in complete]
+    return verdict([c for _, c in comps]), comps
+
+
+def claim_rehearsal_beats_grpo(ctx: ReportContext, spec: dict) -> tuple[str, list[Comparison]]:
+    fig3 = ctx.cfg["report"]["fig3"]
+    comps = [_eval_diff(ctx, fig3["envace_shared"], fig3["grpo"], [points.FIG3_BENCHMARK])]
+    return verdict([comps[0][1]]), comps
+
+
+def claim_shared_beats_per_role(ctx: ReportContext, spec: dict) -> tuple[str, list[Comparison]]:
+    fig3 = ctx.cfg["report"]["fig3"]
+    comps = [_eval_diff(ctx, fig3["envace_shared"], fig3["per_role_policy"], [points.FIG3_BENCHMARK])]
+    return verdict([comps[0][1]]), comps
+
+
+def claim_gain_at_both_scales(ctx: ReportContext, spec: dict) -> tuple[str, list[Comparison]]:
+    fig4 = ctx.cfg["report"]["fig4"]
+    sizes = list(fig4["envace"])
+    benches = list(points.FIG4_BENCHMARKS)
+    comps = [_eval_diff(ctx, fig4["envace"][s], fig4["grpo"][s], benches) for s in sizes]
+    small, large = sizes[0], sizes[-1]
+    terms = [
+        (1.0, fig4["envace"][large]),
+        (-1.0, fig4["grpo"][large]),
+        (-1.0, fig4["envace"][small]),
+        (1.0, fig4["grpo"][small]),
+    ]
+    comps.append(
+        (f"gain at {large} - gain at {small} on {'+'.join(benches)}", ctx.cell("eval", terms, benches))
+    )
+    return verdict([c for _, c in comps]), comps
+
+
+def claim_parallel_tts_helps(ctx: ReportContext, spec: dict) -> tuple[str, list[Comparison]]:
+    t3 = ctx.cfg["tts"]["table3"]
+    helps = _tts_diff(ctx, t3["parallel_envace"], t3["no_tts"])
+    base = _tts_diff(ctx, t3["parallel_base"], t3["no_tts"])
+    return verdict([helps[1]], [base[1]]), [helps, base]
+
+
+def claim_tts_n3_worse(ctx: ReportContext, spec: dict) -> tuple[str, list[Comparison]]:
+    tts = ctx.cfg["tts"]
+    if not {2, 3} <= set(tts["n"]) or "envace" not in tts["rehearsers"]:
+        return "MISSING", []
+    comps = [_tts_diff(ctx, f"{m}_n2_envace", f"{m}_n3_envace") for m in tts["modes"]]
+    return verdict([c for _, c in comps]), comps
+
+
+CLAIMS: dict[str, Callable[[ReportContext, dict], tuple[str, list[Comparison]]]] = {
+    "envace_best_overall": claim_envace_best_overall,
+    "rehearsal_beats_grpo": claim_rehearsal_beats_grpo,
+    "shared_beats_per_role": claim_shared_beats_per_role,
+    "gain_at_both_scales": claim_gain_at_both_scales,
+    "parallel_tts_helps": claim_parallel_tts_helps,
+    "tts_n3_worse": claim_tts_n3_worse,
+}
+
+
+def claim_results(ctx: ReportContext) -> list[dict]:
+    specs = load_claims(ctx.paper)
+    out = []
+    for claim in ctx.paper["claims"]:
+        spec = specs.get(claim["id"], {})
+        check = CLAIMS.get(claim["id"])
+        status, comps = check(ctx, spec) if check else ("MISSING", [])
+        out.append(
+            {
+                "id": claim["id"],
+                "text": claim["text"],
+                "status": status,
+                "check": spec.get("check", "no check implemented for this claim id"),
+                "comparisons": [
+                    {"comparison": name, **(c.interval.as_dict() if c.ok else {"missing": list(c.missing)})}
+                    for name, c in comps
+                ],
+            }
+        )
+    return out
+
+
+def build_diff(ctx: ReportContext) -> dict[str, Any]:
+    entries = table_entries(ctx) + figure_entries(ctx)
+    claims = claim_results(ctx)
+    return {
+        "header": ctx.header(),
+        "header_line": ctx.header_line(),
+        "counts": dict(Counter(e["status"] for e in entries)),
+        "claim_counts": dict(Counter(c["status"] for c in claims)),
+        "entries": entries,
+        "claims": claims,
+    }
+
+
+def _num(value: float | None, dec: int) -> str:
+    return "—" if value is None else f"{value:.{dec}f}"
+
+
+def to_markdown(diff: dict[str, Any]) -> str:
+    lines = ["# EnvACE: our results vs the paper", "", f"_{diff['header_line']}_", ""]
+    lines.append("Cell statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(diff["counts"].items())))
+    lines.append("")
+    lines += ["| table | row | column | paper | ours | 95% CI | delta | status | note |", "|---" * 9 + "|"]
+    for e in diff["entries"]:
+        d = e["decimals"]
+        ci = "—" if e["ci_low"] is None else f"[{e['ci_low']:.{d}f}, {e['ci_high']:.{d}f}]"
+        lines.append(
+            f"| {e['table']} | {e['row']} | {e['column']} | {_num(e['paper'], d)} | {_num(e['ours'], d)} "
+            f"| {ci} | {_num(e['delta'], d)} | {e['status']} | {e['note']} |"
+        )
+    lines += ["", "## Claims", ""]
+    for c in diff["claims"]:
+        lines += [f"- **{c['id']}** — {c['status']}: {c['text']}", f"  - check: {c['check'].strip()}"]
+        for comp in c["comparisons"]:
+            if "missing" in comp:
+                lines.append(f"  - {comp['comparison']}: MISSING ({'; '.join(comp['missing'])})")
+            else:
+                bounds = f"[{comp['ci_low']:+.2f}, {comp['ci_high']:+.2f}]"
+                lines.append(f"  - {comp['comparison']}: {comp['point']:+.2f} {bounds}")
+    return "\n".join(lines) + "\n"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("diff", help="cell-by-cell and claim-by-claim comparison with the paper")
+    add_common_args(p)
+    p.add_argument("--out-md", required=True, help="e.g. results/paper_diff.md")
+    p.add_argument("--out-json", required=True, help="e.g. results/paper_diff.json")
+    p.add_argument("--strict", action="store_true", help="exit 1 if a cell is OUTSIDE_CI or a claim REFUTED")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = context_from_args(args)
+    try:
+        diff = build_diff(ctx)
+    except ResultsError as exc:
+        print(f"envace diff: {exc}", file=sys.stderr)
+        return 2
+    write_output(args.out_json, json.dumps(diff, indent=2) + "\n")
+    write_output(args.out_md, to_markdown(diff))
+    print(
+        f"diff: wrote {args.out_md} and {args.out_json} ({len(diff['entries'])} cells: "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(diff['counts'].items()))}; claims: "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(diff['claim_counts'].items()))})"
+    )
+    failed = diff["counts"].get("OUTSIDE_CI", 0) + diff["claim_counts"].get("REFUTED", 0)
+    return 1 if args.strict and failed else 0

@@ -1,0 +1,49 @@
+"""The quantities behind Figures 3-6 as :class:`~envace.report.context.Cell` s (shared by figures and diff).
+
+* Figure 3: tau2 score of ``report.fig3`` models (standard GRPO, per-role policy, shared EnvACE).
+* Figure 4: BFCL-v4 and tau2 of ``report.fig4`` models (method -> size -> model).
+* Figure 5: score on ``evaluation.checkpoints.benchmark`` at every checkpoint step
+  (:meth:`ReportContext.checkpoint_model`).
+* Figure 6: Overall (mean of ``tts.benchmarks``) of every TTS setting ``{mode}_n{N}_{rehearser}`` and of
+  ``no_tts`` (drawn at N = 0).
+"""
+
+from __future__ import annotations
+
+from envace.report.context import Cell, ReportContext
+
+FIG3_BENCHMARK = "tau2"
+FIG4_BENCHMARKS = ("bfcl_v4", "tau2")
+
+
+def figure3(ctx: ReportContext) -> dict[str, Cell]:
+    return {
+        point: ctx.mean("eval", model, [FIG3_BENCHMARK]) for point, model in ctx.cfg["report"]["fig3"].items()
+    }
+
+
+def figure4(ctx: ReportContext) -> dict[str, dict[str, dict[str, Cell]]]:
+    """method -> size -> benchmark -> cell."""
+    return {
+        method: {
+            size: {b: ctx.mean("eval", model, [b]) for b in FIG4_BENCHMARKS} for size, model in sizes.items()
+        }
+        for method, sizes in ctx.cfg["report"]["fig4"].items()
+    }
+
+
+def figure5(ctx: ReportContext) -> dict[int, Cell]:
+    ckpt = ctx.cfg["evaluation"]["checkpoints"]
+    return {step: ctx.mean("eval", ctx.checkpoint_model(step), [ckpt["benchmark"]]) for step in ckpt["steps"]}
+
+
+def figure6(ctx: ReportContext) -> tuple[Cell, dict[tuple[str, str], dict[int, Cell]]]:
+    """(no_tts cell, (mode, rehearser) -> N -> cell), all on the TTS Overall."""
+    tts = ctx.cfg["tts"]
+    benches = list(tts["benchmarks"])
+    curves = {
+        (mode, reh): {n: ctx.mean("tts", f"{mode}_n{n}_{reh}", benches) for n in tts["n"]}
+        for mode in tts["modes"]
+        for reh in tts["rehearsers"]
+    }
+    return ctx.mean("tts", "no_tts", benches), curves

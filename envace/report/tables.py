@@ -1,0 +1,262 @@
+"""``envace tables {table1,table2,table3}``: our values with bootstrap intervals beside the paper's.
+
+* Table 1: rows = ``evaluation.table1.models`` (then any paper row whose label no configured model has,
+  all MISSING); columns = the table's benchmarks and Overall = plain mean of the benchmark averages with
+  a benchmark-stratified interval.
+* Table 2: rows = ``evaluation.table2.models``; columns = the benchmark's ``aggregate.metrics`` (FinMCP:
+  tp, tr, tf1; macro means of per-sample values).
+* Table 3: rows = ``tts.table3`` (row name -> TTS setting); columns = each ``tts.benchmarks`` score,
+  Overall = their mean, and delta = Overall(setting) - Overall(no_tts) with a paired interval.
+
+Each table is written as ``tableN.csv`` (one ``#`` header line, then per column: value, ci_low, ci_high,
+degenerate, paper, missing reason), ``tableN.md`` and ``tableN.tex`` (booktabs). Values are percent; a
+cell without a complete evaluation reads MISSING and its reason is listed under the table, so a partial
+table is never silent. The header line gives scale (SMOKE/PAPER), commits, config hash, seeds and the
+bootstrap settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
+from envace.report.paper import decimals
+from envace.results import ResultsError
+
+TITLES = {
+    "bfcl_v4": ("BFCL-v4", "BFCL-v4"),
+    "tau2": ("τ²-Bench", r"$\tau^2$-Bench"),
+    "vitabench": ("VitaBench", "VitaBench"),
+    "overall": ("Overall", "Overall"),
+    "tp": ("TP", "TP"),
+    "tr": ("TR", "TR"),
+    "tf1": ("TF1", "TF1"),
+    "bfcl_multi_turn": ("BFCL MT", "BFCL MT"),
+    "delta": ("Δ vs no TTS", r"$\Delta$ vs no TTS"),
+}
+NOT_IN_CONFIG = "no model with this label in the config"
+
+
+@dataclass
+class Row:
+    """One table row: our cells (None = not applicable) and the paper's values."""
+
+    key: str
+    label: str
+    cells: dict[str, Cell | None]
+    paper: dict[str, float | None]
+
+
+@dataclass
+class Table:
+    name: str
+    caption: str
+    columns: list[str]
+    decimals: dict[str, int]
+    rows: list[Row] = field(default_factory=list)
+
+
+def _paper_rows(ctx: ReportContext, name: str) -> dict[str, dict[str, float | None]]:
+    return ctx.paper[name]["rows"]
+
+
+def _model_rows(ctx: ReportContext, name: str, columns: list[str], cells: Callable[[str], dict]) -> list[Row]:
+    """Rows for configured models, then MISSING rows for paper labels that no configured model has."""
+    paper = _paper_rows(ctx, name)
+    rows = []
+    for model in ctx.cfg["evaluation"][name]["models"]:
+        label = ctx.cfg["models"][model]["label"]
+        rows.append(Row(model, label, cells(model), dict(paper.get(label, {}))))
+    have = {r.label for r in rows}
+    for label, values in paper.items():
+        if label not in have:
+            rows.append(Row("", label, {c: Cell(None, (NOT_IN_CONFIG,)) for c in columns}, dict(values)))
+    return rows
+
+
+def build_table1(ctx: ReportContext) -> Table:
+    benches = list(ctx.cfg["evaluation"]["table1"]["benchmarks"])
+    columns = [*benches, "overall"]
+
+    def cells(model: str) -> dict[str, Cell | None]:
+        out: dict[str, Cell | None] = {b: ctx.mean("eval", model, [b]) for b in benches}
+        out["overall"] = ctx.mean("eval", model, benches)
+        return out
+
+    table = Table("table1", ctx.paper["table1"]["caption"], columns, _decimals(ctx, "table1", columns))
+    table.rows = _model_rows(ctx, "table1", columns, cells)
+    return table
+
+
+def build_table2(ctx: ReportContext) -> Table:
+    (bench,) = ctx.cfg["evaluation"]["table2"]["benchmarks"]
+    aggregate = ctx.cfg["benchmarks"][bench]["aggregate"]
+    columns = list(aggregate.get("metrics", [aggregate["metric"]]))
+
+    def cells(model: str) -> dict[str, Cell | None]:
+        return {m: ctx.mean("eval", model, [bench], metric=m) for m in columns}
+
+    table = Table("table2", ctx.paper["table2"]["caption"], columns, _decimals(ctx, "table2", columns))
+    table.rows = _model_rows(ctx, "table2", columns, cells)
+    return table
+
+
+def build_table3(ctx: ReportContext) -> Table:
+    tts = ctx.cfg["tts"]
+    benches = list(tts["benchmarks"])
+    columns = [*benches, "overall", "delta"]
+    base = tts["table3"]["no_tts"]
+    paper = _paper_rows(ctx, "table3")
+    table = Table("table3", ctx.paper["table3"]["caption"], columns, _decimals(ctx, "table3", columns))
+    for key, setting in tts["table3"].items():
+        cells: dict[str, Cell | None] = {b: ctx.mean("tts", setting, [b]) for b in benches}
+        cells["overall"] = ctx.mean("tts", setting, benches)
+        cells["delta"] = None if setting == base else ctx.cell("tts", [(1.0, setting), (-1.0, base)], benches)
+        table.rows.append(Row(key, f"{key} ({setting})", cells, dict(paper.get(key, {}))))
+    return table
+
+
+BUILDERS: dict[str, Callable[[ReportContext], Table]] = {
+    "table1": build_table1,
+    "table2": build_table2,
+    "table3": build_table3,
+}
+
+
+def _decimals(ctx: ReportContext, name: str, columns: list[str]) -> dict[str, int]:
+    return {c: decimals(ctx.paper, name, c) for c in columns}
+
+
+def _paper_text(value: float | None, dec: int) -> str:
+    return "—" if value is None else f"{value:.{dec}f}"
+
+
+def _missing_notes(table: Table) -> list[str]:
+    notes = []
+    for row in table.rows:
+        for col, cell in row.cells.items():
+            if cell is not None and not cell.ok:
+                notes.append(f"{row.label} / {col}: MISSING — {'; '.join(cell.missing)}")
+    return notes
+
+
+def to_frame(table: Table) -> pd.DataFrame:
+    records = []
+    for row in table.rows:
+        rec: dict[str, Any] = {"row": row.key, "label": row.label}
+        for col in table.columns:
+            cell = row.cells.get(col)
+            iv = cell.interval if cell is not None else None
+            rec[col] = iv.point if iv else None
+            rec[f"{col}_ci_low"] = iv.low if iv else None
+            rec[f"{col}_ci_high"] = iv.high if iv else None
+            rec[f"{col}_degenerate"] = iv.degenerate if iv else None
+            rec[f"{col}_paper"] = row.paper.get(col)
+            rec[f"{col}_missing"] = "; ".join(cell.missing) if cell is not None and not cell.ok else ""
+        records.append(rec)
+    return pd.DataFrame.from_records(records)
+
+
+def to_markdown(table: Table, header: str) -> str:
+    heads = ["Method"] + [
+        f"{TITLES.get(c, (c,))[0]} {w}" for c in table.columns for w in ("(ours)", "(paper)")
+    ]
+    lines = [f"# {table.name}: {table.caption}", "", f"_{header}_", ""]
+    lines.append("| " + " | ".join(heads) + " |")
+    lines.append("|---" + "|---:" * (len(heads) - 1) + "|")
+    for row in table.rows:
+        parts = [row.label]
+        for col in table.columns:
+            cell, dec = row.cells.get(col), table.decimals[col]
+            parts += ["—" if cell is None else cell.text(dec), _paper_text(row.paper.get(col), dec)]
+        lines.append("| " + " | ".join(parts) + " |")
+    notes = _missing_notes(table)
+    if notes:
+        lines += ["", "MISSING cells:", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _tex_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "&%$#_{}" else ch for ch in text)
+
+
+def _tex_cell(cell: Cell | None, dec: int) -> str:
+    if cell is None:
+        return "--"
+    if cell.interval is None:
+        return r"\textsc{missing}"
+    iv = cell.interval
+    if iv.degenerate:
+        return f"{iv.point:.{dec}f}$^{{\\dagger}}$"
+    return f"{iv.point:.{dec}f} {{\\scriptsize [{iv.low:.{dec}f}, {iv.high:.{dec}f}]}}"
+
+
+def to_latex(table: Table, header: str) -> str:
+    n = len(table.columns)
+    lines = [
+        f"% {table.name}: {_tex_escape(table.caption)}",
+        f"% {header}",
+        r"% cells: ours [95% CI] | paper; \dagger = degenerate (every resample identical)",
+        r"\begin{tabular}{l" + " rr" * n + "}",
+        r"\toprule",
+        "Method & "
+        + " & ".join(
+            rf"\multicolumn{{2}}{{c}}{{{TITLES.get(c, (c, _tex_escape(c)))[1]}}}" for c in table.columns
+        )
+        + r" \\",
+        " ".join(rf"\cmidrule(lr){{{2 + 2 * i}-{3 + 2 * i}}}" for i in range(n)),
+        " & " + " & ".join(["Ours & Paper"] * n) + r" \\",
+        r"\midrule",
+    ]
+    for row in table.rows:
+        parts = [_tex_escape(row.label)]
+        for col in table.columns:
+            dec = table.decimals[col]
+            value = row.paper.get(col)
+            parts += [_tex_cell(row.cells.get(col), dec), "--" if value is None else f"{value:.{dec}f}"]
+        lines.append(" & ".join(parts) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(table: Table, header: str, out_dir: str | Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    csv = f"# {header}\n" + to_frame(table).to_csv(index=False)
+    return [
+        write_output(out_dir / f"{table.name}.csv", csv),
+        write_output(out_dir / f"{table.name}.md", to_markdown(table, header)),
+        write_output(out_dir / f"{table.name}.tex", to_latex(table, header)),
+    ]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("tables", help="Tables 1-3 with bootstrap CIs beside the paper's values")
+    p.add_argument("table", choices=sorted(BUILDERS))
+    add_common_args(p)
+    p.add_argument("--out-dir", required=True, help="writes OUT_DIR/tableN.{csv,md,tex}")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = context_from_args(args)
+    try:
+        table = BUILDERS[args.table](ctx)
+    except ResultsError as exc:
+        print(f"envace tables: {exc}", file=sys.stderr)
+        return 2
+    paths = write_table(table, ctx.header_line(), args.out_dir)
+    cells = [c for r in table.rows for c in r.cells.values() if c is not None]
+    n_missing = sum(not c.ok for c in cells)
+    print(
+        f"tables: wrote {', '.join(str(p) for p in paths)} ({len(table.rows)} rows, {len(cells)} cells, "
+        f"{n_missing} MISSING, {ctx.cfg['scale'].upper()} scale)"
+    )
+    return 0

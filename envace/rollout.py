@@ -1,0 +1,373 @@
+"""The ACT/REHEARSE rollout loop (backend-agnostic, async).
+
+Implemented: one trajectory ``tau = (x, a_1, o_1, ..., a_T, o_T)`` for one task.
+- ACT: the policy generates the next turn from the ACT context; :func:`envace.tools.parse_tool_calls`
+  reads it. A final answer (no calls) ends the episode; each call (several = parallel calls, answered in
+  order) gets an observation from the responder of the chosen :class:`Mode`:
+  ``rehearsal`` — the same policy in the REHEARSE role (EnvACE); ``external_simulator`` — another backend
+  with the same rehearsal prompt (the standard-GRPO baseline; its generations are marked not
+  trainable); ``real`` — an :class:`Environment`, which only ever receives a parsed name and arguments
+  dict, never model text.
+- Token bookkeeping: the ACT context is a :class:`envace.tools.ChatTokens` — model tokens appended as
+  generated (never decoded and re-encoded), observations appended as chat-template deltas (tool
+  messages + the next generation prompt). Each trajectory's REHEARSE chat is a separate, prefix-stable
+  :class:`envace.rehearsal.RehearsalContext`; only new parts of any prompt are encoded.
+- Termination (:class:`Termination`): final answer; ACT parse error; rehearsal error code (only if
+  ``terminate_on_rehearsal_error``) or malformed rehearsal (if ``terminate_on_rehearsal_malformed``,
+  default); ``max_turns`` ACT turns (default 30); context limit.
+- Context limits (the authors' 12k prompt + 8k response): the initial ACT prompt must fit
+  ``max_prompt_tokens``; everything after it (ACT tokens and observations) must fit
+  ``max_response_tokens`` — each ACT generation's ``max_tokens`` is capped by what is left, and a turn
+  that exhausts it ends the episode. A REHEARSE context may hold ``max_rehearse_context_tokens``.
+- Output: :class:`Trajectory` with the chat messages, the ordered :class:`Generation` list (one training
+  row each, as in the authors' layout), the final ACT context ids with per-token :class:`TokenRole`.
+
+Simplifications (ours): calls of one turn are answered sequentially; a terminating observation is
+recorded in ``messages`` but not appended to the ACT context (nothing is generated after it); with
+``on_act_parse_error="observe"`` (our option; the paper terminates) an unparsable ACT turn is answered
+with ``INVALID_TOOL_CALL_FORMAT`` — by the rehearsing model, or by the harness in ``real`` mode or with a
+precheck. A stop token other than the turn end (e.g. ``<|endoftext|>``) is left in the decoded text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from envace.rehearsal import (
+    CallCandidate,
+    OutcomeKind,
+    Precheck,
+    RehearsalContext,
+    RehearsalOutcome,
+    RehearsalPrompt,
+    ToolRegistry,
+    parse_rehearsal_output,
+    precheck_call,
+)
+from envace.tools import (
+    ChatTemplateTokenizer,
+    ChatTokens,
+    ToolCall,
+    assistant_message,
+    parse_tool_calls,
+    tool_message,
+)
+
+__all__ = [
+    "GenerateBackend",
+    "Environment",
+    "Mode",
+    "Termination",
+    "TokenRole",
+    "RolloutConfig",
+    "Generation",
+    "Trajectory",
+    "run_rollout",
+    "act_context_roles",
+    "generation_roles",
+]
+
+
+class GenerateBackend(Protocol):
+    """A token-in/token-out generator (vLLM server, verl server manager, local HF model, script)."""
+
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
+        """Return ``(token_ids, logprobs)`` of one sampled continuation (same length ``T``)."""
+        ...
+
+
+class Environment(Protocol):
+    """A real tool environment for ``Mode.REAL``: executes one parsed call, returns the observation."""
+
+    def step(self, call: ToolCall) -> str: ...
+
+
+class Mode(StrEnum):
+    """Who answers tool calls."""
+
+    REHEARSAL = "rehearsal"
+    EXTERNAL_SIMULATOR = "external_simulator"
+    REAL = "real"
+
+
+class Termination(StrEnum):
+    """Why a trajectory ended."""
+
+    FINAL_ANSWER = "final_answer"
+    ACT_PARSE_ERROR = "act_parse_error"
+    REHEARSAL_ERROR = "rehearsal_error"
+    REHEARSAL_MALFORMED = "rehearsal_malformed"
+    MAX_TURNS = "max_turns"
+    CONTEXT_LIMIT = "context_limit"
+
+
+class TokenRole(IntEnum):
+    """Per-token role in a context: prompt (not trained), ACT / REHEARSE output, observation (not
+    trained; tool messages and template markup appended between turns)."""
+
+    PROMPT = 0
+    ACT = 1
+    REHEARSE = 2
+    OBSERVATION = 3
+
+
+@dataclass
+class RolloutConfig:
+    """Rollout settings. Defaults follow the paper / authors' code where they say something."""
+
+    mode: Mode = Mode.REHEARSAL
+    max_turns: int = 30  # paper: at most 30 turns
+    max_prompt_tokens: int = 12288  # authors: 12k prompt
+    max_response_tokens: int = 8192  # authors: 8k response
+    max_rehearse_context_tokens: int = 20480  # ours: the same 20k total for a REHEARSE context
+    act_sampling: dict[str, Any] = field(default_factory=lambda: {"temperature": 1.0, "max_tokens": 8192})
+    rehearse_sampling: dict[str, Any] = field(
+        default_factory=lambda: {"temperature": 1.0, "max_tokens": 2048}
+    )
+    precheck: Precheck = "none"  # ours; "none" is faithful
+    on_act_parse_error: Literal["terminate", "observe"] = "terminate"
+    terminate_on_rehearsal_malformed: bool = True
+    terminate_on_rehearsal_error: bool = False
+    prompt_name: str = "rehearsal_v1"
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": False}
+
+
+@dataclass
+class Generation:
+    """One model output (one training row).
+
+    ``context``/``prompt_len``: the context the output was generated from (it only grows, so its first
+    ``prompt_len`` ids are the prompt). ``trainable`` is False for an external simulator's outputs.
+    """
+
+    role: Literal["act", "rehearse"]
+    context: list[int] = field(repr=False)
+    prompt_len: int
+    response_ids: list[int]
+    logprobs: list[float]
+    turn: int
+    trainable: bool = True
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """Prompt ids, shape ``(prompt_len,)``."""
+        return self.context[: self.prompt_len]
+
+
+@dataclass
+class Trajectory:
+    """One rollout.
+
+    ``messages``: the ACT chat (initial messages, assistant turns with parsed ``tool_calls``, tool
+    observations). ``generations``: ACT and REHEARSE outputs in order. ``act_ids``: the final ACT context,
+    shape ``(L,)``; ``act_segments``: ``(role, length)`` runs covering ``act_ids``. ``encoded_tokens``:
+    token ids produced by encoding text, per context kind (``"act"``, ``"rehearse"``).
+    """
+
+    messages: list[dict[str, Any]]
+    generations: list[Generation]
+    termination: Termination
+    act_ids: list[int]
+    act_segments: list[tuple[TokenRole, int]]
+    num_turns: int
+    final_answer: str | None = None
+    encoded_tokens: dict[str, int] = field(default_factory=dict)
+
+
+def _expand(segments: list[tuple[TokenRole, int]]) -> np.ndarray:
+    roles = np.array([int(r) for r, _ in segments], dtype=np.int8)
+    lengths = np.array([n for _, n in segments], dtype=np.int64)
+    return np.repeat(roles, lengths)
+
+
+def act_context_roles(trajectory: Trajectory) -> np.ndarray:
+    """Per-token :class:`TokenRole` of ``trajectory.act_ids``, shape ``(L,)``, int8.
+
+    For one-sequence-per-trajectory training the loss mask is ``roles == TokenRole.ACT``.
+    """
+    return _expand(trajectory.act_segments)
+
+
+def generation_roles(generation: Generation) -> np.ndarray:
+    """Per-token :class:`TokenRole` of one row (prompt + response), shape ``(prompt_len + T,)``, int8."""
+    role = TokenRole.ACT if generation.role == "act" else TokenRole.REHEARSE
+    return _expand([(TokenRole.PROMPT, generation.prompt_len), (role, len(generation.response_ids))])
+
+
+class _Run:
+    """State of one rollout (internal)."""
+
+    def __init__(
+        self,
+        policy: GenerateBackend,
+        tokenizer: ChatTemplateTokenizer,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        config: RolloutConfig,
+        simulator: GenerateBackend | None,
+        simulator_tokenizer: ChatTemplateTokenizer | None,
+        environment: Environment | None,
+        references: list[dict[str, Any]] | None,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.environment = environment
+        self.registry = ToolRegistry(tools)
+        self.messages = list(messages)
+        self.act = ChatTokens(tokenizer, self.messages, self.registry.tools,
+                              template_kwargs=config.template_kwargs)
+        self.segments: list[tuple[TokenRole, int]] = [(TokenRole.PROMPT, len(self.act.ids))]
+        self.limit = len(self.act.ids) + config.max_response_tokens
+        self.generations: list[Generation] = []
+        self.rehearser: GenerateBackend | None = None
+        self.rehearse_ctx: RehearsalContext | None = None
+        if config.mode == Mode.REAL:
+            if environment is None:
+                raise ValueError("mode 'real' needs an environment")
+        else:
+            self.rehearser = policy if config.mode == Mode.REHEARSAL else simulator
+            if self.rehearser is None:
+                raise ValueError("mode 'external_simulator' needs a simulator backend")
+            rehearse_tok = tokenizer
+            if config.mode == Mode.EXTERNAL_SIMULATOR and simulator_tokenizer is not None:
+                rehearse_tok = simulator_tokenizer
+            self.rehearse_ctx = RehearsalContext(
+                rehearse_tok, RehearsalPrompt(config.prompt_name), self.registry, list(messages),
+                list(references or []), dict(config.template_kwargs),
+            )
+
+    def _decode(self, tokens: ChatTokens, ids: list[int]) -> str:
+        n = len(tokens.turn_end_ids)
+        body = ids[:-n] if ids[-n:] == tokens.turn_end_ids else ids
+        return tokens.tokenizer.decode(body, skip_special_tokens=False)
+
+    async def _rehearse(self, candidate: CallCandidate, turn: int) -> RehearsalOutcome | None:
+        """Ask the rehearsing backend; ``None`` if the REHEARSE context is over its limit."""
+        assert self.rehearse_ctx is not None and self.rehearser is not None
+        context = self.rehearse_ctx.prompt_ids(candidate)
+        prompt_len = len(context)
+        budget = self.config.max_rehearse_context_tokens - prompt_len
+        if budget <= 0:
+            return None
+        params = dict(self.config.rehearse_sampling)
+        params["max_tokens"] = min(int(params.get("max_tokens", budget)), budget)
+        ids, logprobs = await self.rehearser.generate(list(context), params)
+        self.rehearse_ctx.record_response(ids)
+        self.generations.append(Generation("rehearse", context, prompt_len, ids, logprobs, turn,
+                                           trainable=self.config.mode == Mode.REHEARSAL))
+        assert self.rehearse_ctx.tokens is not None
+        return parse_rehearsal_output(
+            self._decode(self.rehearse_ctx.tokens, ids),
+            terminate_on_malformed=self.config.terminate_on_rehearsal_malformed,
+            terminate_on_error=self.config.terminate_on_rehearsal_error,
+        )
+
+    async def _respond(self, candidate: CallCandidate, turn: int) -> RehearsalOutcome | None:
+        """The observation for one call; ``None`` means the context limit was hit."""
+        outcome = precheck_call(candidate, self.registry, self.config.precheck)
+        if outcome is None and self.config.mode == Mode.REAL:
+            if candidate.call is None:
+                outcome = precheck_call(candidate, self.registry, "format")
+            else:
+                assert self.environment is not None
+                return RehearsalOutcome(OutcomeKind.RESULT, self.environment.step(candidate.call))
+        if outcome is not None:
+            if self.rehearse_ctx is not None:
+                self.rehearse_ctx.note(candidate, outcome.observation)
+            return outcome
+        return await self._rehearse(candidate, turn)
+
+    def _finish(self, termination: Termination, turns: int, answer: str | None = None) -> Trajectory:
+        encoded = {"act": self.act.encoded_tokens,
+                   "rehearse": self.rehearse_ctx.encoded_tokens if self.rehearse_ctx else 0}
+        return Trajectory(self.messages, self.generations, termination, self.act.ids, self.segments, turns,
+                          answer, encoded)
+
+    async def run(self) -> Trajectory:
+        config = self.config
+        if len(self.act.ids) > config.max_prompt_tokens:
+            return self._finish(Termination.CONTEXT_LIMIT, 0)
+        for turn in range(config.max_turns):
+            budget = self.limit - len(self.act.ids)
+            if budget <= 0:
+                return self._finish(Termination.CONTEXT_LIMIT, turn)
+            params = dict(config.act_sampling)
+            params["max_tokens"] = min(int(params.get("max_tokens", budget)), budget)
+            context = self.act.ids
+            prompt_len = len(context)
+            ids, logprobs = await self.policy.generate(list(context), params)
+            self.act.append_generated(ids)
+            self.segments.append((TokenRole.ACT, len(ids)))
+            self.generations.append(Generation("act", context, prompt_len, ids, logprobs, turn))
+            text = self._decode(self.act, ids)
+            if len(self.act.ids) >= self.limit and not self.act.ends_turn():
+                self.messages.append(assistant_message(text))
+                return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
+            parsed = parse_tool_calls(text)
+            if parsed.error is not None:
+                self.messages.append(assistant_message(text))
+                if config.on_act_parse_error == "terminate":
+                    return self._finish(Termination.ACT_PARSE_ERROR, turn + 1)
+                candidates = [CallCandidate(None, text, parsed.error)]
+            elif not parsed.calls:
+                self.messages.append(assistant_message(parsed.final_answer or ""))
+                return self._finish(Termination.FINAL_ANSWER, turn + 1, parsed.final_answer)
+            else:
+                self.messages.append(assistant_message(parsed.final_answer or "", parsed.calls))
+                candidates = [CallCandidate(call, text) for call in parsed.calls]
+            observations = []
+            for candidate in candidates:
+                outcome = await self._respond(candidate, turn)
+                if outcome is None:
+                    self.messages.extend(observations)
+                    return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
+                name = candidate.call.name if candidate.call is not None else None
+                observations.append(tool_message(outcome.observation, name))
+                if outcome.terminate:
+                    self.messages.extend(observations)
+                    reason = (Termination.REHEARSAL_MALFORMED if outcome.kind == OutcomeKind.MALFORMED
+                              else Termination.REHEARSAL_ERROR)
+                    return self._finish(reason, turn + 1)
+            self.messages.extend(observations)
+            delta = self.act.append_messages(observations)
+            self.segments.append((TokenRole.OBSERVATION, len(delta)))
+            if len(self.act.ids) >= self.limit:
+                return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
+        return self._finish(Termination.MAX_TURNS, config.max_turns)
+
+
+async def run_rollout(
+    policy: GenerateBackend,
+    tokenizer: ChatTemplateTokenizer,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    config: RolloutConfig | None = None,
+    *,
+    simulator: GenerateBackend | None = None,
+    simulator_tokenizer: ChatTemplateTokenizer | None = None,
+    environment: Environment | None = None,
+    references: list[dict[str, Any]] | None = None,
+) -> Trajectory:
+    """Roll out one trajectory.
+
+    Args:
+        policy: the trained policy (ACT; also REHEARSE in ``rehearsal`` mode).
+        tokenizer: the policy's tokenizer (chat template, eos = turn end).
+        messages: the task's initial chat (system / user), OpenAI-style.
+        tools: the task's tools (OpenAI-style or bare function specs).
+        config: :class:`RolloutConfig` (defaults if ``None``).
+        simulator: the answering backend in ``external_simulator`` mode.
+        simulator_tokenizer: its tokenizer, if different from ``tokenizer``.
+        environment: the environment in ``real`` mode.
+        references: reference ``{"call", "response"}`` pairs for the rehearsal prompt (never shown to ACT).
+    """
+    run = _Run(policy, tokenizer, messages, tools, config or RolloutConfig(), simulator, simulator_tokenizer,
+               environment, references)
+    return await run.run()
+

@@ -1,0 +1,266 @@
+"""Tests for envace.rollout with a scripted backend: every termination reason, every error code, and the
+token bookkeeping of the ACT and REHEARSE contexts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envace.rollout import (
+    Mode,
+    RolloutConfig,
+    Termination,
+    TokenRole,
+    act_context_roles,
+    generation_roles,
+    run_rollout,
+)
+from envace.tools import ChatTokens, ToolCall, assistant_message, render_chat, render_tool_call, tool_message
+
+from .conftest import WEATHER_TOOL
+
+TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]
+CALL = render_tool_call(ToolCall("get_weather", {"city": "Oslo"}))
+RESULT = '<execution_result>{"temp": 4}</execution_result>'
+REFS = [{"call": {"name": "get_weather", "arguments": {"city": "Rome"}}, "response": "PRIVILEGED-REF"}]
+
+
+def roll(policy: Any, tokenizer: Any, config: RolloutConfig | None = None, **kwargs: Any):
+    return asyncio.run(run_rollout(policy, tokenizer, TASK, [WEATHER_TOOL], config, **kwargs))
+
+
+def observations(traj) -> list[dict]:
+    return [json.loads(m["content"]) for m in traj.messages if m["role"] == "tool"]
+
+
+def test_final_answer_multi_turn_and_token_bookkeeping(tokenizer, scripted) -> None:
+    backend = scripted([CALL, RESULT, CALL, RESULT, "It is 4 degrees."])
+    traj = roll(backend, tokenizer, references=REFS)
+    assert traj.termination == Termination.FINAL_ANSWER and traj.final_answer == "It is 4 degrees."
+    assert traj.num_turns == 3
+    assert [g.role for g in traj.generations] == ["act", "rehearse", "act", "rehearse", "act"]
+    assert [g.turn for g in traj.generations] == [0, 0, 1, 1, 2]
+    assert observations(traj) == [{"temp": 4}, {"temp": 4}]
+
+    # ACT context = prompt + generated tokens + observation deltas, nothing re-encoded.
+    act_gens = [g for g in traj.generations if g.role == "act"]
+    prompt = render_chat(tokenizer, TASK, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True)
+    act, obs = TokenRole.ACT, TokenRole.OBSERVATION
+    assert [r for r, _ in traj.act_segments] == [TokenRole.PROMPT, act, obs, act, obs, act]
+    assert sum(n for _, n in traj.act_segments) == len(traj.act_ids)
+    assert traj.act_ids[: len(prompt)] == prompt
+    for g in act_gens:  # each ACT prompt is the context up to that turn; the response follows it
+        assert traj.act_ids[: g.prompt_len] == g.prompt_ids == backend.prompts[traj.generations.index(g)]
+        assert traj.act_ids[g.prompt_len: g.prompt_len + len(g.response_ids)] == g.response_ids
+    deltas = [traj.act_ids[act_gens[i].prompt_len + len(act_gens[i].response_ids): act_gens[i + 1].prompt_len]
+              for i in range(2)]
+    expected = prompt + act_gens[0].response_ids + deltas[0] + act_gens[1].response_ids + deltas[1] \
+        + act_gens[2].response_ids
+    assert traj.act_ids == expected
+    assert traj.encoded_tokens["act"] == len(prompt) + sum(len(d) for d in deltas)
+
+    # The observation delta equals the chat template's own rendering of the conversation at that point.
+    after_turn1 = traj.messages[:4]  # system, user, assistant(call), tool
+    assert render_chat(tokenizer, after_turn1, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True) \
+        == traj.act_ids[: act_gens[1].prompt_len]
+
+    roles = act_context_roles(traj)
+    assert roles.shape == (len(traj.act_ids),)
+    assert (roles == TokenRole.ACT).sum() == sum(len(g.response_ids) for g in act_gens)
+    assert (roles == TokenRole.PROMPT).sum() == len(prompt)
+    assert (roles == TokenRole.OBSERVATION).sum() == sum(len(d) for d in deltas)
+
+    # REHEARSE prompts: separate context, prefix-stable across turns, references only there.
+    reh = [g for g in traj.generations if g.role == "rehearse"]
+    assert reh[1].prompt_ids[: reh[0].prompt_len + len(reh[0].response_ids)] == \
+        reh[0].prompt_ids + reh[0].response_ids
+    assert "PRIVILEGED-REF" in tokenizer.decode(reh[0].prompt_ids)
+    assert "PRIVILEGED-REF" not in tokenizer.decode(traj.act_ids)
+    assert traj.encoded_tokens["rehearse"] == reh[1].prompt_len - len(reh[0].response_ids)
+    gr = generation_roles(reh[0])
+    assert gr.shape == (reh[0].prompt_len + len(reh[0].response_ids),)
+    assert set(np.unique(gr)) == {TokenRole.PROMPT, TokenRole.REHEARSE}
+
+
+def test_parallel_calls_rehearsed_in_order(tokenizer, scripted) -> None:
+    two = CALL + "\n" + render_tool_call(ToolCall("get_weather", {"city": "Bergen"}))
+    backend = scripted([two, RESULT, '<execution_result>{"temp": 9}</execution_result>', "Done."])
+    traj = roll(backend, tokenizer)
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert observations(traj) == [{"temp": 4}, {"temp": 9}]
+    assert [c["function"]["arguments"]["city"] for c in traj.messages[2]["tool_calls"]] == ["Oslo", "Bergen"]
+    r0, r1 = [g for g in traj.generations if g.role == "rehearse"]
+    assert r1.prompt_ids[: r0.prompt_len] == r0.prompt_ids and '"Bergen"' in tokenizer.decode(r1.prompt_ids)
+    assert tokenizer.decode(traj.act_ids).count("<tool_response>") == 2
+
+
+def test_act_parse_error_terminates(tokenizer, scripted) -> None:
+    traj = roll(scripted(["<tool_call>{broken"]), tokenizer)
+    assert traj.termination == Termination.ACT_PARSE_ERROR and traj.num_turns == 1
+    assert len(traj.generations) == 1
+
+
+@pytest.mark.parametrize(
+    ("act_text", "precheck", "code"),
+    [
+        ("<tool_call>{broken", "format", "INVALID_TOOL_CALL_FORMAT"),
+        (render_tool_call(ToolCall("nope", {})), "schema", "TOOL_NOT_AVAILABLE"),
+        (render_tool_call(ToolCall("get_weather", {"town": "x"})), "schema", "INVALID_PARAMETERS"),
+    ],
+)
+def test_precheck_error_codes_skip_rehearsal(tokenizer, scripted, act_text, precheck, code) -> None:
+    config = RolloutConfig(precheck=precheck, on_act_parse_error="observe")
+    backend = scripted([act_text, "Sorry."])
+    traj = roll(backend, tokenizer, config)
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert [g.role for g in traj.generations] == ["act", "act"]  # no rehearsal tokens spent
+    assert observations(traj)[0]["error"] == code
+
+
+@pytest.mark.parametrize("code", ["INVALID_TOOL_CALL_FORMAT", "TOOL_NOT_AVAILABLE", "INVALID_PARAMETERS"])
+def test_model_error_codes_faithful(tokenizer, scripted, code) -> None:
+    act = "<tool_call>{broken" if code == "INVALID_TOOL_CALL_FORMAT" else CALL
+    reply = f'<execution_result>{{"error": "{code}", "message": "m"}}</execution_result>'
+    backend = scripted([act, reply, "Sorry."])
+    traj = roll(backend, tokenizer, RolloutConfig(on_act_parse_error="observe"))
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert observations(traj) == [{"error": code, "message": "m"}]
+    if code == "INVALID_TOOL_CALL_FORMAT":
+        assert "# Call to execute\nnull" in tokenizer.decode(backend.prompts[1])
+
+
+def test_rehearsal_error_can_terminate(tokenizer, scripted) -> None:
+    reply = '<execution_result>{"error": "INVALID_PARAMETERS", "message": "m"}</execution_result>'
+    traj = roll(scripted([CALL, reply]), tokenizer, RolloutConfig(terminate_on_rehearsal_error=True))
+    assert traj.termination == Termination.REHEARSAL_ERROR
+    assert traj.messages[-1]["role"] == "tool"
+    assert traj.act_segments[-1][0] == TokenRole.ACT  # nothing appended after the last ACT turn
+
+
+def test_rehearsal_malformed(tokenizer, scripted) -> None:
+    traj = roll(scripted([CALL, "I think it is sunny."]), tokenizer)
+    assert traj.termination == Termination.REHEARSAL_MALFORMED
+    lenient = roll(scripted([CALL, "sunny", "ok"]), tokenizer,
+                   RolloutConfig(terminate_on_rehearsal_malformed=False))
+    assert lenient.termination == Termination.FINAL_ANSWER
+    assert observations(lenient)[0]["error"] == "REHEARSAL_FAILED"
+
+
+def test_max_turns(tokenizer, scripted) -> None:
+    traj = roll(scripted([CALL, RESULT] * 4), tokenizer, RolloutConfig(max_turns=4))
+    assert traj.termination == Termination.MAX_TURNS and traj.num_turns == 4
+    assert len(traj.generations) == 8
+    assert (act_context_roles(traj) == TokenRole.ACT).sum() == 4 * len(traj.generations[0].response_ids)
+
+
+def test_context_limits(tokenizer, scripted) -> None:
+    prompt_len = len(render_chat(tokenizer, TASK, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True))
+    too_long = roll(scripted([]), tokenizer, RolloutConfig(max_prompt_tokens=prompt_len - 1))
+    assert too_long.termination == Termination.CONTEXT_LIMIT and too_long.generations == []
+
+    # Budget exhausted inside a generation: max_tokens is capped, the turn has no turn end.
+    backend = scripted(["x" * 200])
+    cut = roll(backend, tokenizer, RolloutConfig(max_response_tokens=10))
+    assert cut.termination == Termination.CONTEXT_LIMIT and backend.params[0]["max_tokens"] == 10
+    assert len(cut.act_ids) == prompt_len + 10
+
+    # Budget exhausted by an observation.
+    call_len = len(tokenizer.encode(CALL)) + 1
+    obs = roll(scripted([CALL, RESULT]), tokenizer, RolloutConfig(max_response_tokens=call_len + 5))
+    assert obs.termination == Termination.CONTEXT_LIMIT and obs.num_turns == 1
+
+    # REHEARSE context over its own limit.
+    reh = roll(scripted([CALL]), tokenizer, RolloutConfig(max_rehearse_context_tokens=50))
+    assert reh.termination == Termination.CONTEXT_LIMIT and [g.role for g in reh.generations] == ["act"]
+
+
+def test_truncated_turn_gets_turn_end_in_delta(tokenizer, scripted) -> None:
+    backend = scripted([(CALL, False), RESULT, "Done."])
+    traj = roll(backend, tokenizer, RolloutConfig(act_sampling={"max_tokens": 1000}))
+    assert traj.termination == Termination.FINAL_ANSWER
+    first = traj.generations[0]
+    end = first.prompt_len + len(first.response_ids)
+    assert first.response_ids[-1] != tokenizer.eos_token_id
+    assert traj.act_ids[end] == tokenizer.eos_token_id  # added by the observation delta
+
+
+def test_enable_thinking_false_generation_prompt(tokenizer, scripted) -> None:
+    config = RolloutConfig(template_kwargs={"enable_thinking": False})
+    backend = scripted(["<think>\n\n</think>\n\n" + CALL, RESULT, "Done."])
+    traj = roll(backend, tokenizer, config)
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert tokenizer.decode(backend.prompts[2]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert tokenizer.decode(backend.prompts[1]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_external_simulator_mode(tokenizer, scripted) -> None:
+    policy = scripted([CALL, "Done."])
+    simulator = scripted([RESULT])
+    traj = roll(policy, tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR), simulator=simulator)
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert len(simulator.prompts) == 1 and len(policy.prompts) == 2
+    reh = [g for g in traj.generations if g.role == "rehearse"]
+    assert len(reh) == 1 and not reh[0].trainable
+    with pytest.raises(ValueError, match="simulator"):
+        roll(policy, tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR))
+
+
+class RecordingEnv:
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+
+    def step(self, call: ToolCall) -> str:
+        self.calls.append(call)
+        return json.dumps({"real": call.arguments["city"]})
+
+
+def test_real_mode_env_gets_parsed_calls_only(tokenizer, scripted) -> None:
+    env = RecordingEnv()
+    backend = scripted([CALL, "<tool_call>{broken", "Done."])
+    config = RolloutConfig(mode=Mode.REAL, on_act_parse_error="observe")
+    traj = roll(backend, tokenizer, config, environment=env)
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert env.calls == [ToolCall("get_weather", {"city": "Oslo"})]
+    assert observations(traj)[0] == {"real": "Oslo"}
+    assert observations(traj)[1]["error"] == "INVALID_TOOL_CALL_FORMAT"
+    assert all(g.role == "act" for g in traj.generations)
+    with pytest.raises(ValueError, match="environment"):
+        roll(backend, tokenizer, RolloutConfig(mode=Mode.REAL))
+
+
+def test_chat_tokens_requires_turn_end() -> None:
+    class NoEos:
+        eos_token = None
+
+        def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+            return []
+
+    with pytest.raises(ValueError, match="turn_end"):
+        ChatTokens(NoEos(), [])  # type: ignore[arg-type]
+
+
+text_st = st.text(alphabet=st.characters(exclude_characters="<\r", exclude_categories=("Cs",)), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(text_st, st.lists(text_st, min_size=1, max_size=3)), min_size=1, max_size=4))
+def test_incremental_context_equals_full_render(tokenizer, turns) -> None:
+    """Model tokens appended as generated + template deltas == one render of the whole conversation, for
+    canonical assistant text (Qwen3-style template: last-turn think handling, grouped tool responses)."""
+    messages = list(TASK)
+    ctx = ChatTokens(tokenizer, messages, [WEATHER_TOOL])
+    for preamble, observations in turns:
+        calls = [ToolCall("get_weather", {"city": o}) for o in observations]
+        generated = preamble + ("\n" if preamble else "") + "\n".join(render_tool_call(c) for c in calls)
+        ctx.append_generated(tokenizer.encode(generated, add_special_tokens=False) + [tokenizer.eos_token_id])
+        new = [tool_message(o) for o in observations]
+        ctx.append_messages(new)
+        messages += [assistant_message(preamble, calls), *new]
+    full = render_chat(tokenizer, messages, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True)
+    assert ctx.ids == full

@@ -1,0 +1,158 @@
+"""Generate the small, deterministic example result set in ``tests/data/example_results/``.
+
+Covers ``tests/data/example_config.yaml``: every Table 1/2 model x benchmark with 2 seeds (Avg@2),
+3 tasks per split (tau2 with 2 samples per task and run), the step-2 checkpoint of ``envace_8b`` and all
+13 test-time-scaling settings (1 seed). Outcomes are Bernoulli draws (fractions for VitaBench and
+FinMCP) around a per-model skill; each file's generator is seeded from its path, so the files do not
+depend on generation order. Deliberately absent: ``scaleenv_8b`` on bfcl_v4, bfcl_v4's ``web_search_base``
+split, and ``envace_8b-step0004``. One sample (envace_1p7b, tau2, seed 1, airline_0, sample 0) is a
+failure.
+
+With ``--smoke`` it instead writes a *complete* set (no deliberate gaps, every checkpoint) for
+``config/smoke.yaml`` into ``tests/data/smoke_results/``: the shipped results that ``make smoke`` reports
+on until the smoke DAG trains and evaluates for real. Models without a listed skill get one derived
+from their name. Re-run it after editing ``config/smoke.yaml`` (the manifests carry its hashes).
+
+Run from the repository root: ``python tests/data/make_example_results.py [--smoke]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envace.config import checkpoint_model_id, eval_hash, load_config
+from envace.results import eval_path, tts_hash, tts_path, write_results
+
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "example_config.yaml"
+OUT = HERE / "example_results"
+SMOKE_CONFIG = HERE.parents[1] / "config" / "smoke.yaml"
+SMOKE_OUT = HERE / "smoke_results"
+TASKS_PER_SPLIT = 3
+SAMPLES = {"tau2": 2}
+ABSENT_SPLITS = {"web_search_base"}
+ABSENT_EVALS = {("scaleenv_8b", "bfcl_v4")}
+FAILED = ("envace_1p7b", "tau2", 1, "airline_0", 0)
+SKILL = {
+    "qwen3_8b": 0.35,
+    "awm_8b": 0.40,
+    "envscaler_8b": 0.45,
+    "scaleenv_8b": 0.45,
+    "envace_1p7b": 0.30,
+    "envace_8b": 0.60,
+    "grpo_1p7b": 0.20,
+    "grpo_8b": 0.40,
+    "per_role_8b": 0.50,
+    "envace_8b-step0002": 0.45,
+    "no_tts": 0.45,
+}
+TTS_SKILL = {"parallel": {"envace": 0.50, "base": 0.45}, "sequential": {"envace": 0.48, "base": 0.40}}
+TTS_N = {1: 0.0, 2: 0.1, 3: 0.0}
+STAMP = "2026-01-01T00:00:00+00:00"
+
+
+def _skill(name: str) -> float:
+    if name in SKILL:
+        return SKILL[name]
+    parts = name.split("_")
+    if len(parts) == 3 and parts[0] in TTS_SKILL:
+        mode, n, rehearser = parts
+        return TTS_SKILL[mode][rehearser] + TTS_N[int(n[1:])]
+    return 0.15 + 0.4 * (zlib.crc32(name.encode()) % 100) / 100
+
+
+def _lines(cfg: dict[str, Any], name: str, bench: str, seed: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(zlib.crc32(f"{name}/{bench}/{seed}".encode()))
+    skill = _skill(name)
+    rows = []
+    for split in cfg["benchmarks"][bench]["splits"]:
+        if split in ABSENT_SPLITS:
+            continue
+        for i in range(TASKS_PER_SPLIT):
+            task = f"{split}_{i}"
+            for sample in range(SAMPLES.get(bench, 1)):
+                subscores: dict[str, float] = {}
+                if bench == "finmcp":
+                    tp, tr = (round(float(x), 2) for x in np.clip(rng.normal(skill, 0.2, 2), 0.05, 1.0))
+                    subscores = {"tp": tp, "tr": tr, "tf1": round(2 * tp * tr / (tp + tr), 4)}
+                    score = subscores["tf1"]
+                elif bench == "vitabench":
+                    score = round(float(np.clip(rng.normal(skill, 0.25), 0.0, 1.0)), 2)
+                else:
+                    score = float(rng.random() < skill)
+                failed = (name, bench, seed, task, sample) == FAILED
+                rows.append(
+                    {
+                        "benchmark": bench,
+                        "split": split,
+                        "task_id": task,
+                        "sample": sample,
+                        "seed": seed,
+                        "score": 0.0 if failed else score,
+                        "subscores": subscores,
+                        "status": "failed" if failed else "ok",
+                        "reason": "timeout" if failed else None,
+                    }
+                )
+    return rows
+
+
+def _write(cfg: dict[str, Any], path: Path, name: str, bench: str, seed: int, config_hash: str) -> None:
+    write_results(
+        path,
+        _lines(cfg, name, bench, seed),
+        model=name,
+        benchmark=bench,
+        seed=seed,
+        scale=cfg["scale"],
+        config_hash=config_hash,
+        started=STAMP,
+        finished=STAMP,
+        git_commit="0000000000000000000000000000000000example",
+        package_versions={"envace": "0.1.0"},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="complete set for config/smoke.yaml")
+    smoke = parser.parse_args().smoke
+    config, out = (SMOKE_CONFIG, SMOKE_OUT) if smoke else (CONFIG, OUT)
+    absent_evals = set() if smoke else ABSENT_EVALS
+    cfg = load_config(config)
+    shutil.rmtree(out, ignore_errors=True)
+    evals = {
+        (m, b)
+        for t in ("table1", "table2")
+        for m in cfg["evaluation"][t]["models"]
+        for b in cfg["evaluation"][t]["benchmarks"]
+    }
+    ckpt = cfg["evaluation"]["checkpoints"]
+    steps = ckpt["steps"] if smoke else ckpt["steps"][:1]
+    evals |= {(checkpoint_model_id(ckpt["run"], step), ckpt["benchmark"]) for step in steps}
+    for model, bench in sorted(evals - absent_evals):
+        for seed in cfg["seeds"]:
+            _write(cfg, eval_path(out, model, bench, seed), model, bench, seed, eval_hash(cfg, model, bench))
+    for setting in cfg["tts"]["settings"]:
+        for bench in cfg["tts"]["benchmarks"]:
+            for seed in cfg["tts"]["seeds"]:
+                _write(
+                    cfg,
+                    tts_path(out, setting, bench, seed),
+                    setting,
+                    bench,
+                    seed,
+                    tts_hash(cfg, setting, bench),
+                )
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"make_example_results: wrote {out} ({size / 1024:.0f} KiB)")
+
+
+if __name__ == "__main__":
+    main()
