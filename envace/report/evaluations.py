@@ -2,7 +2,7 @@
 
 For every configured seed (``cfg["seeds"]`` for evaluations, ``cfg["tts"]["seeds"]`` for test-time
 scaling) the complete result file is read with the expected config hash
-(:func:`envace.config.eval_hash` / :func:`envace.results.tts_hash`). A task's score in a run is the mean
+(:func:`envace.config.eval_hash` / :func:`envace.config.tts_hash`). A task's score in a run is the mean
 over its samples of the chosen metric (``score`` or a sub-score such as FinMCP's ``tp``); a failed sample
 counts as 0 and is counted in ``n_failed``. Tasks map to aggregate groups through their split
 (``cfg["benchmarks"][b]["aggregate"]["groups"]``); groups without any task are dropped, the remaining
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from envace.config import eval_hash
-from envace.results import ResultsError, eval_path, read_results, tts_hash, tts_path
+from envace.config import eval_hash, tts_hash
+from envace.results import ResultsError, eval_path, read_results, tts_path
 from envace.stats import TaskMatrix
 
 KINDS = ("eval", "tts")

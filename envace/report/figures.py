@@ -148,6 +148,8 @@ def render(ctx: ReportContext, name: str, out: str | Path) -> list[Path]:
                 va="center",
                 rotation=30,
             )
+        # keep a strip at the bottom for the provenance line, clear of the axis labels
+        fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))
         fig.text(0.0, 0.0, ctx.header_line(), fontsize=5, color="dimgrey", ha="left", va="bottom", wrap=True)
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -211,6 +211,32 @@ def test_external_simulator_mode(tokenizer, scripted) -> None:
         roll(policy, tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR))
 
 
+class CountingTokenizer:
+    """Delegates to a tokenizer and counts chat-template renders (a stand-in for a simulator's own)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.renders = inner, 0
+        self.eos_token = inner.eos_token
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+        self.renders += 1
+        return self.inner.apply_chat_template(conversation, **kwargs)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.inner.encode(text, add_special_tokens=add_special_tokens)
+
+    def decode(self, token_ids: list[int], **kwargs: Any) -> str:
+        return self.inner.decode(token_ids, **kwargs)
+
+
+def test_external_simulator_uses_its_own_tokenizer(tokenizer, scripted) -> None:
+    sim_tok = CountingTokenizer(tokenizer)
+    traj = roll(scripted([CALL, CALL, "Done."]), tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR),
+                simulator=scripted([RESULT, RESULT]), simulator_tokenizer=sim_tok)
+    assert traj.termination == Termination.FINAL_ANSWER
+    assert sim_tok.renders == 2  # the first REHEARSE prompt and one delta, both through its template
+
+
 class RecordingEnv:
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []

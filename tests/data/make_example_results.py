@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from envace.config import checkpoint_model_id, eval_hash, load_config
-from envace.results import eval_path, tts_hash, tts_path, write_results
+from envace.config import checkpoint_model_id, eval_hash, load_config, tts_hash
+from envace.results import eval_path, tts_path, write_results
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "example_config.yaml"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from envace.config import eval_hash, load_config
+from envace.config import eval_hash, load_config, tts_hash
 from envace.report import aggregate_cmd, diff, figures, tables
-from envace.results import eval_path, read_results, tts_hash, tts_path, write_results
+from envace.results import eval_path, read_results, tts_path, write_results
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 EXAMPLE_CONFIG = DATA / "example_config.yaml"

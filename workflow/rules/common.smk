@@ -4,7 +4,13 @@ import json
 import os
 from pathlib import Path
 
-from envace.config import checkpoint_model_id, complete_config, config_hash, eval_hash
+from envace.config import (
+    checkpoint_model_id,
+    complete_config,
+    config_hash,
+    eval_hash,
+    tts_hash,
+)
 
 CFG = complete_config(config, source="snakemake config")
 RESULTS = CFG["paths"]["results"]
@@ -62,6 +68,15 @@ def eval_spec(model, benchmark):
         "hash": eval_hash(CFG, model, benchmark),
     }
     return _write_spec(f"{RESULTS}/specs/eval/{model}/{benchmark}.json", payload)
+
+
+def tts_spec(setting, benchmark):
+    payload = {
+        "setting": setting,
+        "benchmark": benchmark,
+        "hash": tts_hash(CFG, setting, benchmark),
+    }
+    return _write_spec(f"{RESULTS}/specs/tts/{setting}/{benchmark}.json", payload)
 
 
 # Every `envace` command reads this resolved config (config files plus --config overrides), so the
@@ -262,7 +277,7 @@ def model_path_arg(model):
 def tts_inputs(wildcards):
     actor = CFG["tts"]["actor"]
     return {
-        "spec": eval_spec(actor, wildcards.benchmark),
+        "spec": tts_spec(wildcards.setting, wildcards.benchmark),
         "actor": model_ready(actor),
         "rehearser": tts_rehearser_ready(wildcards.setting),
     }
