@@ -13,7 +13,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip prints one warning per package for this machine's unused local index folders; hide only those.
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: smoke test lint dryrun clean-smoke
+.PHONY: smoke smoke-slurm test lint dryrun clean-smoke
+SMOKE_ARGS := --configfile config/smoke.yaml --config report_source=tests/data/smoke_results
 
 $(STAMP): pyproject.toml
 	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, benchmarks, dev tools) ..."
@@ -28,12 +29,16 @@ $(STAMP): pyproject.toml
 # Until training and evaluation land (issues #4-#7), the smoke DAG runs the reporting slice on the
 # shipped example results: tables, figures and the paper diff, all marked SMOKE.
 smoke: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --configfile config/smoke.yaml \
-		--config report_source=tests/data/smoke_results -- all
+	$(BIN)/snakemake --profile profiles/local --workflow-profile none $(SMOKE_ARGS) -- all
 	@echo "[envace] smoke outputs:"
 	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}"
 	@echo "  figures:    figures/smoke/fig{3,4,5,6}_*.{pdf,png}"
 	@echo "  paper diff: results/smoke/paper_diff.md (and .json)"
+
+# The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost
+# (root + Debian: `scripts/slurm_localhost.sh install && scripts/slurm_localhost.sh start` first).
+smoke-slurm: $(STAMP)
+	$(BIN)/snakemake --profile profiles/slurm-localhost --workflow-profile none $(SMOKE_ARGS) -- all
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

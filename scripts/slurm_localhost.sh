@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster on localhost, for CI and for trying the cluster path on a laptop.
+#   scripts/slurm_localhost.sh install   # apt-get install slurm-wlm munge (Debian; needs root)
+#   scripts/slurm_localhost.sh start     # write /etc/slurm/slurm.conf, start munged, slurmctld, slurmd
+#   scripts/slurm_localhost.sh stop      # stop the daemons
+# Facts this relies on (checked on Debian 12, Slurm 22.05): no systemd needed; the config must be at
+# /etc/slurm/slurm.conf (job steps ignore SLURM_CONF); accounting stays off, so Snakemake's slurm
+# executor must poll with `squeue` (profiles/slurm-localhost sets it).
+set -euo pipefail
+
+cmd=${1:-start}
+CPUS=$(nproc)
+MEM_MB=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
+HOST=$(hostname -s)
+STATE=/var/spool/slurm-localhost
+
+install() {
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq slurm-wlm munge >/dev/null
+}
+
+write_conf() {
+    mkdir -p /etc/slurm "$STATE/ctld" "$STATE/d" /var/log/slurm /run/munge
+    cat > /etc/slurm/slurm.conf <<CONF
+ClusterName=envace-ci
+SlurmctldHost=${HOST}
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=${STATE}/ctld
+SlurmdSpoolDir=${STATE}/d
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+KillWait=5
+InactiveLimit=0
+MinJobAge=300
+NodeName=${HOST} CPUs=${CPUS} RealMemory=${MEM_MB} State=UNKNOWN
+PartitionName=debug Nodes=${HOST} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+CONF
+}
+
+start() {
+    write_conf
+    if [ ! -s /etc/munge/munge.key ]; then
+        mkdir -p /etc/munge
+        dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
+    fi
+    chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
+    chmod 400 /etc/munge/munge.key
+    pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged || /usr/sbin/munged --force
+    pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld
+    pgrep -x slurmd >/dev/null || /usr/sbin/slurmd
+    for _ in $(seq 1 30); do
+        if sinfo -h -o "%t" 2>/dev/null | grep -qE "^(idle|mix|alloc)"; then
+            sinfo
+            return 0
+        fi
+        scontrol update NodeName="${HOST}" State=RESUME >/dev/null 2>&1 || true
+        sleep 1
+    done
+    echo "slurm_localhost: the node did not become idle; logs follow" >&2
+    tail -n 20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
+    return 1
+}
+
+stop() {
+    pkill -x slurmd || true
+    pkill -x slurmctld || true
+    pkill -x munged || true
+}
+
+case "$cmd" in
+    install) install ;;
+    start) start ;;
+    stop) stop ;;
+    *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+esac
