@@ -95,3 +95,55 @@ def test_bad_config_override_fails_at_parse_time(repo_root):
     rc, out = dry_run(repo_root, "all", "--config", "seeds=not-a-list")
     assert rc != 0
     assert "seeds" in out
+
+
+def _parse_resources(text: str) -> dict:
+    out = {}
+    for item in text.split(", "):
+        key, _, value = item.partition("=")
+        out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+class _Resources(dict):
+    __getattr__ = dict.__getitem__
+
+
+@pytest.mark.parametrize(
+    "target, rule, expected, absent",
+    [
+        (
+            "results/train/envace_8b/done.json",
+            "train",
+            ["--nodes=2", "--gres=gpu:8", "-t 4320", "--mem 480000", "-p REPLACE-WITH-YOUR-PARTITION"],
+            ["--gpus=", "--ntasks-per-gpu"],
+        ),
+        (
+            "results/eval/qwen3_8b/tau2/seed0.jsonl",
+            "evaluate",
+            ["--gpus=5", "--cpus-per-gpu=8", "-t 720"],
+            ["--ntasks-per-gpu", "--nodes"],
+        ),
+    ],
+)
+def test_rendered_sbatch_line(repo_root, target, rule, expected, absent):
+    """Feed the DAG's resources to the Slurm plugin's own sbatch renderer (USER_NEEDS: plugin #316,
+    #459 — a GPU job must not be split into one task per GPU)."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    resources = _Resources(_parse_resources(rule_resources(repo_root, target, rule)))
+    job = type("Job", (), {"resources": resources, "threads": 1})()
+    params = {
+        "run_uuid": "x",
+        "slurm_logfile": "log",
+        "comment_str": "c",
+        "account": "-A 'REPLACE-WITH-YOUR-ACCOUNT'",
+        "partition": f"-p {resources['slurm_partition']}",
+        "workdir": None,
+    }
+    line = get_submit_command(job, params) + set_gres_string(job)
+    for flag in expected:
+        assert flag in line, line
+    for flag in absent:
+        assert flag not in line, line
