@@ -1,0 +1,258 @@
+"""The EnvACE agent loop for verl 0.9.1 (registered as ``envace_rehearsal``).
+
+Implemented: :class:`EnvaceAgentLoop`, an ``AgentLoopBase`` subclass that runs
+:func:`envace.rollout.run_rollout` for one dataset row, with verl's server manager (the policy being
+trained, served by vLLM) as the generate backend, and returns **one** ``AgentLoopOutput`` **per trainable
+generation** (one ACT turn or one REHEARSE reply), in generation order:
+
+- ``prompt_ids`` = the context that generation was sampled from, ``response_ids`` = the sampled tokens,
+  ``response_mask`` all ones, ``response_logprobs`` = the server's log-probs (the same ids the rollout
+  saw: nothing is decoded and re-encoded).
+- ``extra_fields``: ``envace_role`` (``"act"`` / ``"rehearse"``), ``envace_turn``, ``envace_row``,
+  ``envace_termination``; the last output also carries the trajectory's ``envace_messages`` (JSON).
+- ``reward_score`` on the last output: the trajectory reward from the function configured in verl's
+  ``reward.custom_reward_function`` (path + name, loaded with verl's own ``load_extern_object``), called
+  with verl's custom-reward signature ``fn(data_source, solution_str, ground_truth, extra_info)`` where
+  ``extra_info`` holds the dataset row's ``extra_info`` plus ``messages`` (the ACT chat),
+  ``termination`` and ``num_turns``. verl's v1 agent-loop worker copies the last output's reward to the
+  trajectory's other rows.
+
+Why a list of outputs: verl 0.9.1's default (v1, TransferQueue) agent-loop worker
+(``verl.trainer.ppo.v1.agent_loop_tq.AgentLoopWorkerTQ._agent_loop_postprocess``) accepts
+``list[AgentLoopOutput]`` from ``run`` and stores each as its own row keyed ``{uid}_{session}_{i}``; the
+replay buffer pads the sampled batch with masked ``is_padding`` rows. That is the authors' per-generation
+layout without a worker subclass. (The legacy ``AgentLoopWorker`` keeps one row per sample; this loop
+requires ``trainer.use_v1=true``, the 0.9.1 default.)
+
+Modes (``envace.mode`` in the trainer config): ``rehearsal`` (EnvACE: the policy also rehearses, both
+roles' rows are trained) and ``external_simulator`` (standard-GRPO baseline: observations from an
+OpenAI-compatible completions server, see :class:`CompletionsBackend`; only ACT rows are emitted).
+
+Simplifications: a trajectory that produced no trainable generation (prompt over the limit) yields one
+row with an empty response and reward 0, so its group still exists; the external simulator's replies
+are re-tokenised from text (they are never trained). Verified on CPU with a stand-in server manager
+backed by the tiny model (``tests/verl_ext``); the vLLM path runs only on GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+from verl.utils.import_utils import load_extern_object
+
+from envace.rollout import Mode, RolloutConfig, Trajectory, run_rollout
+
+__all__ = [
+    "ServerManagerBackend",
+    "CompletionsBackend",
+    "EnvaceAgentLoop",
+    "trajectory_outputs",
+    "rollout_config_from",
+]
+
+AGENT_NAME = "envace_rehearsal"
+
+
+class ServerManagerBackend:
+    """:class:`envace.rollout.GenerateBackend` over verl's server manager.
+
+    ``server_manager.generate(request_id, prompt_ids=..., sampling_params=...)`` returns a ``TokenOutput``
+    (``token_ids``, ``log_probs``). One request id per trajectory keeps its calls on one server (prefix
+    cache). ``max_tokens`` is passed through; vLLM's sampling keys (``temperature``, ``top_p``,
+    ``top_k``, ``logprobs``) come from verl's per-sample ``sampling_params`` unless the rollout sets them.
+    """
+
+    def __init__(self, server_manager: Any, base_params: dict[str, Any], request_id: str | None = None):
+        self.server_manager = server_manager
+        self.base_params = dict(base_params)
+        self.request_id = request_id or uuid4().hex
+
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
+        params = {**self.base_params, **sampling_params}
+        out = await self.server_manager.generate(
+            self.request_id, prompt_ids=list(prompt_ids), sampling_params=params
+        )
+        ids = list(out.token_ids)
+        logprobs = list(out.log_probs) if out.log_probs is not None else [0.0] * len(ids)
+        if len(logprobs) != len(ids):
+            raise ValueError(f"server returned {len(ids)} tokens but {len(logprobs)} log-probs")
+        return ids, logprobs
+
+
+class CompletionsBackend:
+    """Generate backend over an OpenAI-compatible ``/v1/completions`` server (the external simulator).
+
+    The prompt is sent as token ids; the reply text is re-encoded with ``tokenizer`` (the simulator's
+    rows are not trained, so exact ids do not matter). Log-probs are reported as 0.
+    """
+
+    def __init__(self, base_url: str, model: str, tokenizer: Any, timeout_s: float = 600.0):
+        from openai import AsyncOpenAI
+
+        self.client = AsyncOpenAI(base_url=base_url, api_key="EMPTY", timeout=timeout_s)
+        self.model = model
+        self.tokenizer = tokenizer
+
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
+        resp = await self.client.completions.create(
+            model=self.model,
+            prompt=list(prompt_ids),
+            max_tokens=int(sampling_params.get("max_tokens", 2048)),
+            temperature=float(sampling_params.get("temperature", 1.0)),
+            top_p=float(sampling_params.get("top_p", 1.0)),
+        )
+        text = resp.choices[0].text or ""
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return ids, [0.0] * len(ids)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars / 0-d arrays / JSON strings from a verl row -> plain Python."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def rollout_config_from(
+    envace_cfg: dict[str, Any], rollout_cfg: Any, sampling_params: dict[str, Any]
+) -> RolloutConfig:
+    """Our :class:`RolloutConfig` from the ``envace`` section and verl's rollout config.
+
+    ``max_turns`` / ``precheck`` / ``mode`` come from ``envace``; the context limits from verl's
+    ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from verl's per-sample
+    ``sampling_params`` (which already hold the validation values when validating).
+    """
+    sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
+    response_length = int(rollout_cfg.response_length)
+    return RolloutConfig(
+        mode=Mode(envace_cfg.get("mode", "rehearsal")),
+        max_turns=int(envace_cfg.get("max_turns", 30)),
+        max_prompt_tokens=int(rollout_cfg.prompt_length),
+        max_response_tokens=response_length,
+        max_rehearse_context_tokens=int(rollout_cfg.prompt_length) + response_length,
+        act_sampling={**sampling, "max_tokens": response_length},
+        rehearse_sampling={**sampling, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
+        precheck=envace_cfg.get("precheck", "none"),
+        template_kwargs=dict(envace_cfg.get("template_kwargs", {})),
+    )
+
+
+def trajectory_outputs(traj: Trajectory, reward: float | None) -> list[AgentLoopOutput]:
+    """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring)."""
+    gens = [g for g in traj.generations if g.trainable]
+    common = {"envace_termination": str(traj.termination), "envace_num_generations": len(gens)}
+    outputs = []
+    for i, g in enumerate(gens):
+        outputs.append(
+            AgentLoopOutput(
+                prompt_ids=g.prompt_ids,
+                response_ids=list(g.response_ids),
+                response_mask=[1] * len(g.response_ids),
+                response_logprobs=list(g.logprobs),
+                num_turns=g.turn + 1,
+                metrics=AgentLoopMetrics(),
+                extra_fields={**common, "envace_role": g.role, "envace_turn": g.turn, "envace_row": i},
+            )
+        )
+    if not outputs:  # nothing generated (e.g. the prompt was over the limit): one empty row
+        outputs.append(
+            AgentLoopOutput(
+                prompt_ids=traj.act_ids,
+                response_ids=[],
+                response_mask=[],
+                response_logprobs=[],
+                num_turns=0,
+                metrics=AgentLoopMetrics(),
+                extra_fields={**common, "envace_role": "act", "envace_turn": 0, "envace_row": 0},
+            )
+        )
+        reward = 0.0 if reward is None else reward
+    outputs[-1].extra_fields["envace_messages"] = json.dumps(traj.messages, default=str)
+    outputs[-1].reward_score = reward
+    return outputs
+
+
+@register(AGENT_NAME)
+class EnvaceAgentLoop(AgentLoopBase):
+    """ACT + REHEARSE rollout through verl's server manager; see the module docstring."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("tools", None)  # verl's tool list: our tools come from each dataset row
+        super().__init__(*args, **kwargs)
+        section = self.config.get("envace", None) or {}
+        self.envace_cfg = dict(section)
+        self._reward_fn = None
+        reward_cfg = (self.config.get("reward", None) or {}).get("custom_reward_function", None) or {}
+        if reward_cfg.get("path"):
+            self._reward_fn = load_extern_object(
+                reward_cfg["path"], reward_cfg.get("name") or "compute_score"
+            )
+
+    def _simulator(self) -> tuple[Any, Any]:
+        sim = self.envace_cfg.get("simulator") or {}
+        if not sim.get("base_url") or not sim.get("model"):
+            raise ValueError("envace.mode=external_simulator needs envace.simulator.base_url and .model")
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(sim.get("tokenizer") or sim["model"])
+        return CompletionsBackend(sim["base_url"], sim["model"], tok), tok
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        extra = _plain(kwargs.get("extra_info", {})) or {}
+        messages = _plain(kwargs.get("raw_prompt", kwargs.get("prompt")))
+        tools = _plain(extra.get("tools", []))
+        references = _plain(extra.get("references", []))
+        config = rollout_config_from(self.envace_cfg, self.rollout_config, sampling_params)
+        base = {k: v for k, v in sampling_params.items() if k not in ("temperature", "top_p")}
+        policy = ServerManagerBackend(self.server_manager, base)
+        simulator = sim_tok = None
+        if config.mode == Mode.EXTERNAL_SIMULATOR:
+            simulator, sim_tok = self._simulator()
+        traj = await run_rollout(
+            policy,
+            self.tokenizer,
+            list(messages),
+            list(tools),
+            config,
+            simulator=simulator,
+            simulator_tokenizer=sim_tok,
+            references=list(references),
+        )
+        return trajectory_outputs(traj, self._reward(traj, kwargs, extra))
+
+    def _reward(self, traj: Trajectory, kwargs: dict[str, Any], extra: dict[str, Any]) -> float | None:
+        if self._reward_fn is None:
+            return None  # verl's reward loop computes it
+        reward_model = _plain(kwargs.get("reward_model", {})) or {}
+        info = {
+            **extra,
+            "messages": traj.messages,
+            "termination": str(traj.termination),
+            "num_turns": traj.num_turns,
+        }
+        score = self._reward_fn(
+            _plain(kwargs.get("data_source", "cm2")),
+            traj.final_answer or "",
+            reward_model.get("ground_truth"),
+            info,
+        )
+        return float(score["score"] if isinstance(score, dict) else score)

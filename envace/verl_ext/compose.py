@@ -1,0 +1,112 @@
+"""Compose a run's verl config: our Hydra file + overrides generated from ``config/config.yaml``.
+
+Implemented: :func:`run_overrides` turns ``training.runs.<run>`` (the single source of truth) into Hydra
+override strings for verl's ``ppo_trainer``; :func:`compose` composes ``envace/verl_ext/config/<run>.yaml``
+(which holds only differences from verl's defaults) with those overrides using Hydra's compose API, the
+same composition ``python -m verl.trainer.main_ppo --config-path ... --config-name <run>`` performs.
+Composition runs on CPU (no Ray, no GPU); the tests assert the paper's values on the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "compose"]
+
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+RUN_FILES = {p.stem for p in CONFIG_DIR.glob("*.yaml") if not p.stem.startswith("_")}
+
+
+def run_config_name(cfg: Mapping[str, Any], run: str) -> str:
+    """The Hydra file for ``run``: its own file if there is one, else the file of its algorithm/roles."""
+    if run in RUN_FILES:
+        return run
+    spec = cfg["training"]["runs"][run]
+    if spec.get("roles") == "per_role":
+        return "per_role_8b"
+    return "grpo_8b" if spec.get("algorithm") == "grpo" else "envace_8b"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def run_overrides(
+    cfg: Mapping[str, Any],
+    run: str,
+    checkpoint_dir: str | None = None,
+    train_files: str | None = None,
+    val_files: str | None = None,
+) -> list[str]:
+    """Hydra overrides for ``run`` from ``training.runs.<run>`` (plus paths), in a fixed order.
+
+    ``checkpoint_dir`` -> ``trainer.default_local_dir`` with ``resume_mode=auto`` (verl resumes from the
+    newest ``global_step_*`` there). Raises ``KeyError`` naming a missing run.
+    """
+    runs = cfg["training"]["runs"]
+    if run not in runs:
+        raise KeyError(f"unknown run {run!r}; training.runs has {sorted(runs)}")
+    r = runs[run]
+    kl = r.get("kl", {}) or {}
+    o = {
+        "actor_rollout_ref.model.path": r["base_model"],
+        "actor_rollout_ref.actor.optim.lr": r["lr"],
+        "data.train_batch_size": r["prompts_per_step"],
+        "actor_rollout_ref.actor.ppo_mini_batch_size": r["prompts_per_step"],
+        "actor_rollout_ref.rollout.n": r["rollouts_per_prompt"],
+        "data.max_prompt_length": r["max_prompt_tokens"],
+        "data.max_response_length": r["max_response_tokens"],
+        "envace.max_turns": r["max_turns"],
+        "actor_rollout_ref.actor.clip_ratio": r["clip_ratio"],
+        "actor_rollout_ref.actor.clip_ratio_c": r["dual_clip"],
+        "actor_rollout_ref.actor.loss_agg_mode": r["loss_agg_mode"],
+        "actor_rollout_ref.actor.entropy_coeff": r["entropy_coef"],
+        "actor_rollout_ref.actor.use_kl_loss": bool(kl.get("use_kl_loss", False)),
+        "envace.use_kl_loss": bool(kl.get("use_kl_loss", False)),
+        "actor_rollout_ref.actor.kl_loss_coef": kl.get("coef", 1.0e-4),
+        "actor_rollout_ref.rollout.temperature": r["rollout_temperature"],
+        "trainer.total_training_steps": r["total_steps"],
+        "trainer.save_freq": r["save_every"],
+        "trainer.test_freq": r["val_every"],
+        "trainer.nnodes": r["nodes"],
+        "trainer.n_gpus_per_node": r["gpus_per_node"],
+        "trainer.experiment_name": run,
+        "envace.precheck": r.get("precheck", "none"),
+        "envace.roles": r.get("roles", "shared"),
+        "envace.mode": "external_simulator" if r.get("algorithm") == "grpo" else "rehearsal",
+    }
+    if r.get("algorithm") == "grpo":
+        o["envace.simulator.model"] = r["simulator"]
+    ev = cfg.get("evaluation", {}).get("sampling", {})
+    if ev:
+        o["actor_rollout_ref.rollout.val_kwargs.temperature"] = ev["temperature"]
+        o["actor_rollout_ref.rollout.val_kwargs.top_p"] = ev["top_p"]
+    if checkpoint_dir is not None:
+        o["trainer.default_local_dir"] = checkpoint_dir
+        o["trainer.resume_mode"] = "auto"
+    if train_files is not None:
+        o["data.train_files"] = train_files
+        o["data.val_files"] = val_files or train_files
+    return [f"{k}={_fmt(v)}" for k, v in o.items()]
+
+
+def compose(config_name: str, overrides: list[str] | None = None) -> Any:
+    """Compose ``config/<config_name>.yaml`` with verl's ``ppo_trainer`` and ``overrides``.
+
+    Returns the ``DictConfig`` (unresolved, as main_ppo receives it).
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if config_name not in RUN_FILES:
+        raise KeyError(f"no Hydra run file {config_name!r} in {CONFIG_DIR}; have {sorted(RUN_FILES)}")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=list(overrides or []))

@@ -1,0 +1,90 @@
+"""A narrow subclass of verl 0.9.1's v1 sync trainer (``trainer.v1.trainer_mode=envace_sync``).
+
+Implemented (GPU path; not runnable on CPU — it needs Ray, TransferQueue and the FSDP workers):
+
+- :meth:`EnvaceTrainer._compute_advantage`: before verl's own advantage step, rewrite each row's ``uid``
+  in TransferQueue to the role-aware id ``"<uid>::<role>"`` (role from the row's ``extra_fields``
+  written by :mod:`envace.verl_ext.agent_loop`; the replay buffer's ``is_padding`` rows get a unique pad
+  id), run verl's step with ``algorithm.adv_estimator=envace_role_wise``, then restore the prompt uids so
+  metrics still group by prompt. Why: verl passes estimators only ``index`` (the uid), not the rows'
+  other columns.
+- :meth:`EnvaceTrainer._update_actor`: one optimizer step per batch (authors' script). verl sizes PPO
+  mini-batches as ``ppo_mini_batch_size x rollout.n`` rows, which assumes one row per rollout; with one
+  row per generation a step has many more rows, so the mini-batch is set to the whole (padded) batch for
+  the duration of the call when ``envace.one_update_per_batch`` is true.
+
+Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is
+verl's. Unverified here: the exact TransferQueue field layout of ``extra_fields`` (read defensively, a
+missing role is a clear error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import open_dict
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from envace.verl_ext.advantage import role_group_ids
+
+__all__ = ["TRAINER_MODE", "EnvaceTrainer", "row_role"]
+
+TRAINER_MODE = "envace_sync"
+
+
+def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
+    """The role of one TransferQueue row (``None`` for a padding row)."""
+    if tag and tag.get("is_padding", False):
+        return None
+    data = getattr(extra, "data", extra)
+    if hasattr(data, "get"):
+        role = data.get("envace_role")
+        if role is not None:
+            return str(getattr(role, "data", role))
+    raise ValueError("a training row has no extra_fields['envace_role']: is the agent loop envace_rehearsal?")
+
+
+@register_trainer(TRAINER_MODE)
+class EnvaceTrainer(PPOTrainerSync):
+    """verl's sync trainer with role-aware advantage groups; see the module docstring."""
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        import transfer_queue as tq
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"]
+        )
+        uids = [getattr(u, "data", u) for u in data["uid"]]
+        tags = list(batch.tags) if batch.tags else [None] * len(uids)
+        roles = [row_role(e, t) for e, t in zip(data["extra_fields"], tags, strict=True)]
+        grouped = role_group_ids(uids, roles)
+        tq.kv_batch_put(
+            keys=batch.keys,
+            partition_id=batch.partition_id,
+            fields=list_of_dict_to_tensordict([{"uid": g} for g in grouped]),
+        )
+        try:
+            return super()._compute_advantage(batch, metrics)
+        finally:
+            tq.kv_batch_put(
+                keys=batch.keys,
+                partition_id=batch.partition_id,
+                fields=list_of_dict_to_tensordict([{"uid": u} for u in uids]),
+            )
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        envace = self.config.get("envace", None) or {}
+        if not envace.get("one_update_per_batch", True):
+            return super()._update_actor(batch, metrics)
+        actor = self.config.actor_rollout_ref.actor
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        saved = actor.ppo_mini_batch_size
+        with open_dict(actor):
+            actor.ppo_mini_batch_size = -(-len(batch.keys) // n)
+        try:
+            return super()._update_actor(batch, metrics)
+        finally:
+            with open_dict(actor):
+                actor.ppo_mini_batch_size = saved

@@ -1,0 +1,104 @@
+"""The agent loop's outputs through verl's AgentLoopOutput, with a stand-in server manager (tiny model)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import torch
+from verl.protocol import DataProto
+from verl.trainer.ppo.ray_trainer import compute_advantage
+from verl.workers.rollout.replica import TokenOutput
+
+from envace.rollout import RolloutConfig, run_rollout
+from envace.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
+from envace.verl_ext.advantage import ESTIMATOR, role_group_ids
+from envace.verl_ext.agent_loop import ServerManagerBackend, trajectory_outputs
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    }
+]
+MESSAGES = [{"role": "user", "content": "Find the weather in Paris."}]
+
+
+class StandInServerManager:
+    """verl's server-manager interface backed by the tiny HF model."""
+
+    def __init__(self, model, eos, seed=0):
+        self.backend = HFGenerateBackend(model, [eos], seed=seed)
+        self.calls = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        self.calls.append((request_id, sampling_params))
+        ids, lps = await self.backend.generate(prompt_ids, sampling_params)
+        return TokenOutput(token_ids=ids, log_probs=lps)
+
+
+def _rollout(seed: int):
+    model, tok = tiny_model_and_tokenizer(0)
+    sm = StandInServerManager(model, tok.eos_token_id, seed)
+    backend = ServerManagerBackend(sm, {"logprobs": True})
+    cfg = RolloutConfig(
+        max_turns=3,
+        max_response_tokens=96,
+        act_sampling={"temperature": 1.0, "max_tokens": 32},
+        rehearse_sampling={"temperature": 1.0, "max_tokens": 16},
+    )
+    traj = asyncio.run(run_rollout(backend, tok, MESSAGES, TOOLS, cfg))
+    return traj, sm
+
+
+def test_outputs_are_the_generations():
+    traj, sm = _rollout(0)
+    outs = trajectory_outputs(traj, 0.5)
+    gens = [g for g in traj.generations if g.trainable]
+    assert len(outs) == len(gens) == len(sm.calls)
+    assert len({rid for rid, _ in sm.calls}) == 1  # one sticky request id per trajectory
+    for o, g in zip(outs, gens, strict=True):
+        d = o.as_dict()
+        assert d["prompts"].tolist() == g.prompt_ids and d["responses"].tolist() == g.response_ids
+        assert d["response_mask"].sum().item() == len(g.response_ids)
+        assert torch.allclose(d["rollout_log_probs"], torch.tensor(g.logprobs, dtype=torch.float32))
+        assert o.extra_fields["envace_role"] == g.role
+    assert outs[-1].reward_score == 0.5 and "envace_messages" in outs[-1].extra_fields
+    assert all(o.reward_score is None for o in outs[:-1])
+
+
+def test_role_wise_advantage_through_verl_compute_advantage():
+    rows, uids, roles, rewards = [], [], [], []
+    for k, (uid, reward) in enumerate([("p0", 1.0), ("p0", 0.0), ("p1", 0.3)]):
+        traj, _ = _rollout(k)
+        for o in trajectory_outputs(traj, reward):
+            rows.append(o)
+            uids.append(uid)
+            roles.append(o.extra_fields["envace_role"])
+            rewards.append(reward)
+    t = max(len(o.response_ids) for o in rows)
+    mask = torch.zeros(len(rows), t)
+    scores = torch.zeros(len(rows), t)
+    for i, o in enumerate(rows):
+        n = len(o.response_ids)
+        mask[i, :n] = 1
+        if n:
+            scores[i, n - 1] = rewards[i]
+    data = DataProto.from_dict(
+        tensors={"response_mask": mask, "token_level_rewards": scores},
+        non_tensors={"uid": role_group_ids(uids, roles)},
+    )
+    out = compute_advantage(data, adv_estimator=ESTIMATOR, config={"norm_adv_by_std_in_grpo": False})
+    adv = out.batch["advantages"]
+    for i in range(len(rows)):
+        same = [j for j in range(len(rows)) if uids[j] == uids[i] and roles[j] == roles[i]]
+        expected = 0.0 if len(same) == 1 else rewards[i] - np.mean([rewards[j] for j in same])
+        assert torch.allclose(adv[i], torch.full_like(adv[i], expected) * mask[i], atol=1e-6)

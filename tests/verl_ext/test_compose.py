@@ -1,0 +1,86 @@
+"""Every run's verl config composes with verl's own Hydra config and carries the paper's values."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from envace.config import load_config
+from envace.verl_ext.compose import RUN_FILES, compose, run_config_name, run_overrides
+
+CFG = load_config("config/config.yaml")
+RUNS = sorted(CFG["training"]["runs"])
+
+
+@pytest.fixture(scope="module")
+def composed():
+    return {
+        r: compose(run_config_name(CFG, r), run_overrides(CFG, r, "/ck/" + r, "/d/t.parquet")) for r in RUNS
+    }
+
+
+def test_every_run_has_a_file():
+    assert set(RUNS) == RUN_FILES
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_paper_values(composed, run):
+    c = composed[run]
+    a, ro = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
+    assert c.trainer.total_training_steps == 470
+    assert a.optim.lr == pytest.approx(1e-6)
+    assert c.data.train_batch_size == 16 and ro.n == 4
+    assert c.data.max_prompt_length == 12288 and c.data.max_response_length == 8192
+    assert ro.prompt_length == 12288 and ro.response_length == 8192  # interpolated from data.*
+    assert c.envace.max_turns == 30
+    assert a.clip_ratio == pytest.approx(0.2) and a.clip_ratio_c == pytest.approx(3.0)
+    assert a.loss_agg_mode == "token-mean" and a.entropy_coeff == 0
+    assert ro.temperature == pytest.approx(1.0)
+    assert ro.val_kwargs.temperature == pytest.approx(0.6) and ro.val_kwargs.top_p == pytest.approx(0.95)
+    assert ro.val_kwargs.n == 4 and ro.val_kwargs.do_sample
+    assert c.trainer.save_freq == 50 and c.trainer.test_freq == 10
+    assert a.use_kl_loss is False and a.kl_loss_coef == pytest.approx(1e-4) and c.envace.use_kl_loss is False
+    assert c.algorithm.adv_estimator == "envace_role_wise" and c.algorithm.norm_adv_by_std_in_grpo is False
+    assert ro.agent.default_agent_loop == "envace_rehearsal" and c.trainer.v1.trainer_mode == "envace_sync"
+    assert c.trainer.use_v1 is True  # the list-of-outputs agent-loop path needs the v1 trainer
+    assert c.trainer.resume_mode == "auto" and c.trainer.default_local_dir == "/ck/" + run
+    assert c.trainer.max_actor_ckpt_to_keep >= 2
+    assert c.trainer.experiment_name == run
+    OmegaConf.to_container(c, resolve=True)  # every interpolation resolves
+
+
+def test_run_specific(composed):
+    assert composed["envace_8b"].actor_rollout_ref.model.path == "Qwen/Qwen3-8B"
+    assert composed["envace_1p7b"].actor_rollout_ref.model.path == "Qwen/Qwen3-1.7B"
+    assert composed["envace_8b"].trainer.nnodes == 2 and composed["envace_1p7b"].trainer.nnodes == 1
+    for r in ("grpo_8b", "grpo_1p7b"):
+        assert composed[r].envace.mode == "external_simulator"
+        assert composed[r].envace.simulator.model == CFG["training"]["runs"][r]["simulator"]
+    assert composed["envace_8b"].envace.mode == "rehearsal"
+    assert composed["per_role_8b"].envace.roles == "per_role"
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_yaml_files_agree_with_config_yaml(run):
+    """The Hydra files alone (no overrides) already hold config.yaml's values: no drift."""
+    c = compose(run_config_name(CFG, run), [])
+    r = CFG["training"]["runs"][run]
+    assert c.actor_rollout_ref.model.path == r["base_model"]
+    assert c.trainer.total_training_steps == r["total_steps"]
+    assert c.actor_rollout_ref.actor.optim.lr == pytest.approx(r["lr"])
+    assert c.data.train_batch_size == r["prompts_per_step"]
+    assert c.actor_rollout_ref.rollout.n == r["rollouts_per_prompt"]
+    assert c.trainer.nnodes == r["nodes"] and c.trainer.n_gpus_per_node == r["gpus_per_node"]
+    assert c.envace.use_kl_loss == r["kl"]["use_kl_loss"]
+
+
+def test_kl_switch_reaches_verl():
+    cfg = load_config("config/config.yaml")
+    cfg["training"]["runs"]["envace_8b"]["kl"]["use_kl_loss"] = True
+    c = compose("envace_8b", run_overrides(cfg, "envace_8b"))
+    assert c.actor_rollout_ref.actor.use_kl_loss is True
+
+
+def test_unknown_run():
+    with pytest.raises(KeyError, match="unknown run"):
+        run_overrides(CFG, "nope")
