@@ -25,6 +25,7 @@ without the model (prechecks, or a different responder) are listed in the next u
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -97,6 +98,20 @@ def _function_spec(tool: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+@functools.lru_cache(maxsize=4096)
+def _validator(schema_json: str) -> Any:
+    """A validator for a tool's parameter schema (given as canonical JSON), or None if the schema is
+    itself invalid. Cached: benchmarks reuse the same tools across thousands of episodes, and checking a
+    schema costs far more than validating a call."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        return None
+    return cls(schema)
+
+
 class ToolRegistry:
     """The available tools of one task: the whitelist of names and a JSON-schema validator per tool.
 
@@ -112,13 +127,7 @@ class ToolRegistry:
             spec = _function_spec(tool)
             self.tools.append({"type": "function", "function": spec})
             schema = spec.get("parameters") or {"type": "object"}
-            cls = jsonschema.validators.validator_for(schema)
-            try:
-                cls.check_schema(schema)
-            except SchemaError:
-                self._validators[spec["name"]] = None
-            else:
-                self._validators[spec["name"]] = cls(schema)
+            self._validators[spec["name"]] = _validator(json.dumps(schema, sort_keys=True))
 
     @property
     def names(self) -> list[str]:

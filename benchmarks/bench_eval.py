@@ -1,0 +1,118 @@
+"""Evaluation performance: self-check timings and CPU evaluation throughput with the tiny model.
+
+Measures (printed as JSON, also written to ``--out`` if given):
+- ``selfcheck_bfcl_multi_turn``: wall seconds of the 800-task gold replay through the full runner
+  (target < 10 s) and its ``passed/total``;
+- ``selfcheck_tau2``: the same for tau^2 if ``envace.bench.tau2.selfcheck_tau2`` exists (target < 60 s);
+- ``eval_transformers_serve``: the tiny model served by ``transformers serve`` on CPU, the FinMCP fixture
+  tasks (``--samples`` samples each) through :func:`envace.bench.runner.run_samples` with the smoke
+  sampling settings: samples/s and the share of wall time spent outside the model server (time not
+  inside ``generate`` calls); server start-up is reported separately;
+- ``eval_hf_inprocess``: the same with the in-process ``--backend hf`` route.
+
+Usage: ``python benchmarks/bench_eval.py [--skip-selfcheck] [--samples 4] [--out FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _selfchecks(results: dict) -> None:
+    from envace.bench.selfcheck import selfcheck_bfcl_multi_turn
+
+    t0 = time.perf_counter()
+    passed, total, _ = selfcheck_bfcl_multi_turn()
+    results["selfcheck_bfcl_multi_turn"] = {"seconds": round(time.perf_counter() - t0, 2),
+                                            "passed": passed, "total": total}
+    try:
+        check = importlib.import_module("envace.bench.tau2").selfcheck_tau2
+    except (ImportError, AttributeError) as exc:
+        results["selfcheck_tau2"] = {"skipped": str(exc)}
+        return
+    t0 = time.perf_counter()
+    passed, total, _ = check(limit=None)
+    seconds = round(time.perf_counter() - t0, 2)
+    results["selfcheck_tau2"] = {"seconds": seconds, "passed": passed, "total": total}
+
+
+def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
+    from envace.backends import TextCompletionsBackend, load_hf_backend
+    from envace.bench.base import Services
+    from envace.bench.finmcp import FinMcpAdapter
+    from envace.bench.runner import run_samples
+    from envace.config import load_config
+    from envace.rollout import Mode, RolloutConfig
+    from envace.serving import Server
+
+    cfg = load_config(ROOT / "config/smoke.yaml")
+    sampling = cfg["evaluation"]["sampling"]
+    rollout = RolloutConfig(mode=Mode.REAL, max_turns=sampling["max_turns"],
+                            max_response_tokens=sampling["max_tokens"],
+                            act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens")})
+    adapter = FinMcpAdapter({"data": str(ROOT / "tests/data/finmcp/fixture.json")})
+    tasks = adapter.load_tasks(["all"], None)
+    manifest = {"model": "bench", "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
+                "package_versions": {}}
+    startup = 0.0
+    server = None
+    if kind == "hf":
+        backend, tokenizer = load_hf_backend(str(model_dir), seed=0)
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        t0 = time.perf_counter()
+        server = Server("transformers", str(model_dir), ready_timeout=300, log_path=work / "serve.log")
+        server.start()
+        startup = time.perf_counter() - t0
+        backend = TextCompletionsBackend(server.base_url, server.served_name, tokenizer, server=server,
+                                         seed=0)
+    try:
+        _, stats = asyncio.run(run_samples(
+            adapter=adapter, tasks=tasks, samples=samples, seed=0, services=Services(),
+            backend_for=lambda t, s: backend, tokenizer=tokenizer, config=rollout,
+            out=work / f"{kind}.jsonl", manifest=manifest, progress=False))
+    finally:
+        if server is not None:
+            server.stop()
+    return {"samples": stats.samples, "wall_s": round(stats.wall_s, 2),
+            "samples_per_s": round(stats.samples / stats.wall_s, 3),
+            "share_outside_model": round(1 - stats.model_s / stats.wall_s, 3),
+            "server_startup_s": round(startup, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip-selfcheck", action="store_true")
+    parser.add_argument("--samples", type=int, default=4, help="samples per FinMCP fixture task")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args()
+    results: dict = {}
+    if not args.skip_selfcheck:
+        _selfchecks(results)
+    from envace.tiny_model import build_tiny_model
+
+    with tempfile.TemporaryDirectory(prefix="envace-bench-") as tmp:
+        model_dir = build_tiny_model(Path(tmp) / "tiny")
+        for kind in ("transformers", "hf"):
+            work = Path(tmp) / kind
+            work.mkdir()
+            results[f"eval_{'transformers_serve' if kind == 'transformers' else 'hf_inprocess'}"] = \
+                _throughput(kind, model_dir, args.samples, work)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

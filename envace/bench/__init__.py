@@ -1,0 +1,45 @@
+"""Benchmark adapters, registered by import path and loaded lazily (see :mod:`envace.bench.base`).
+
+``get_adapter(name, **kwargs)`` imports ``module:Class`` from :data:`REGISTRY` only when asked, so a
+benchmark whose package is missing fails with a clear error only when it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from envace.bench.base import BenchmarkAdapter
+
+__all__ = ["REGISTRY", "get_adapter"]
+
+#: benchmark name (config ``benchmarks.<name>``) -> ``"module:Class"`` of its adapter.
+REGISTRY: dict[str, str] = {
+    "bfcl_v4": "envace.bench.bfcl:BfclV4Adapter",
+    "bfcl_multi_turn": "envace.bench.bfcl:BfclMultiTurnAdapter",
+    "tau2": "envace.bench.tau2:Tau2Adapter",
+    "vitabench": "envace.bench.vitabench:VitaBenchAdapter",
+    "finmcp": "envace.bench.finmcp:FinMcpAdapter",
+}
+
+
+def get_adapter(name: str, **kwargs: Any) -> BenchmarkAdapter:
+    """Instantiate the adapter registered under ``name``.
+
+    The runner passes ``config=`` (the ``benchmarks.<name>`` config section, a dict) and ``work_dir=``
+    (a scratch directory for the run); keyword arguments the adapter's constructor does not accept are
+    dropped, so an adapter may take none, some or all of them.
+    """
+    if name not in REGISTRY:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    module_name, _, class_name = REGISTRY[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"benchmark {name!r}: cannot import its adapter {module_name}: {exc}") from exc
+    cls = getattr(module, class_name)
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return cls(**kwargs)

@@ -1,0 +1,286 @@
+"""Drive benchmark episodes through the core rollout loop and write per-sample results with resume.
+
+Implemented:
+- :func:`run_episode`: one ``(task, sample, seed)``. The agent chat starts with ``system`` + ``first_user``;
+  :func:`envace.rollout.run_rollout` runs in ``Mode.REAL`` with the episode as the environment until the
+  agent answers in text; ``episode.user_reply`` gives the next user message (``None`` ends the
+  conversation); then ``episode.score()``. An episode may expose ``current_tools()`` (e.g. BFCL's
+  miss_func adds functions mid-conversation); the runner then re-reads the tool list every user turn.
+  The ``max_turns`` budget counts ACT turns over the whole conversation.
+- Outcomes: an exception inside the episode (adapter, environment, scorer) -> ``status: failed`` with the
+  exception as ``reason``, score 0. An episode the rollout ended abnormally (unparsable output, endless
+  output hitting the token budget, too many turns) -> ``status: failed``, score 0, reason naming the
+  :class:`envace.rollout.Termination`. A backend failure (:class:`BackendError`: the model server died or
+  is unreachable) is NOT a sample result: it aborts the run, so the sample is retried on resume.
+- :class:`PartialResults`: ``<out>.partial.jsonl`` (one line per finished sample, appended, flushed and
+  fsynced) + ``<out>.partial.meta.json`` (config hash, start time). A restart with the same config hash
+  keeps every finished line (a truncated last line from a crash is dropped); another hash starts afresh.
+  :func:`run_samples` runs the missing samples (``concurrency`` at a time), then writes the final
+  ``<out>`` + manifest atomically through :func:`envace.results.write_results`, in task order, and removes
+  the partial files.
+
+Simplification (ours): each user turn starts a fresh :func:`run_rollout` over the whole chat so far, so
+the token budget ``max_response_tokens`` applies per user turn and the prompt is re-encoded per user turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from envace.bench.base import BenchmarkAdapter, Episode, Services, Task
+from envace.results import ResultsError, _now, write_results
+from envace.rollout import GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
+from envace.tools import ChatTemplateTokenizer
+
+__all__ = [
+    "BackendError",
+    "PartialResults",
+    "run_episode",
+    "run_samples",
+    "RunStats",
+]
+
+
+class BackendError(RuntimeError):
+    """The model backend cannot generate (server died, unreachable, bad reply): the run must stop."""
+
+
+@dataclass
+class RunStats:
+    """Timing of a run: ``model_s`` is the time spent inside backend ``generate`` calls."""
+
+    samples: int = 0
+    wall_s: float = 0.0
+    model_s: float = 0.0
+
+
+class _TimedBackend:
+    """Wraps a backend, accumulating the seconds spent in ``generate`` into ``stats.model_s``."""
+
+    def __init__(self, inner: GenerateBackend, stats: RunStats) -> None:
+        self.inner = inner
+        self.stats = stats
+
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any]
+    ) -> tuple[list[int], list[float]]:
+        t0 = time.perf_counter()
+        try:
+            return await self.inner.generate(prompt_ids, sampling_params)
+        finally:
+            self.stats.model_s += time.perf_counter() - t0
+
+
+def _trajectory_record(messages: list[dict[str, Any]], terminations: list[str], turns: int) -> dict[str, Any]:
+    return {"messages": messages, "terminations": terminations, "act_turns": turns}
+
+
+async def run_episode(
+    task: Task,
+    episode: Episode,
+    backend: GenerateBackend,
+    tokenizer: ChatTemplateTokenizer,
+    config: RolloutConfig,
+) -> dict[str, Any]:
+    """Run one episode; returns the result fields ``score, subscores, status, reason, trajectory, extra``.
+
+    Raises :class:`BackendError` (only) when the backend fails.
+    """
+    messages: list[dict[str, Any]] = []
+    if task.system:
+        messages.append({"role": "system", "content": task.system})
+    messages.append({"role": "user", "content": task.first_user})
+    terminations: list[str] = []
+    turns_left = config.max_turns
+    used = 0
+    failed: str | None = None
+    try:
+        while True:
+            tools_fn = getattr(episode, "current_tools", None)
+            tools = tools_fn() if callable(tools_fn) else task.tools
+            cfg = replace(config, mode=Mode.REAL, max_turns=turns_left)
+            try:
+                traj = await run_rollout(backend, tokenizer, messages, tools, cfg, environment=episode)
+            except BackendError:
+                raise
+            except (OSError, ConnectionError) as exc:
+                raise BackendError(f"model backend failed: {exc}") from exc
+            messages = traj.messages
+            terminations.append(str(traj.termination))
+            used += traj.num_turns
+            turns_left = config.max_turns - used
+            if traj.termination != Termination.FINAL_ANSWER:
+                failed = f"episode ended by {traj.termination}"
+                break
+            reply = episode.user_reply(traj.final_answer or "")
+            if reply is None:
+                break
+            if turns_left <= 0:
+                failed = f"episode ended by {Termination.MAX_TURNS}"
+                break
+            messages.append({"role": "user", "content": reply})
+        score = episode.score()
+    except BackendError:
+        raise
+    except Exception as exc:  # an adapter/environment bug or bad data: a failed sample, never a crash
+        return {
+            "score": 0.0, "subscores": {}, "status": "failed",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "trajectory": _trajectory_record(messages, terminations, used), "extra": {},
+        }
+    value = float(score.score)
+    if not 0.0 <= value <= 1.0 or value != value:
+        return {"score": 0.0, "subscores": {}, "status": "failed", "reason": f"score out of range: {value}",
+                "trajectory": _trajectory_record(messages, terminations, used), "extra": {}}
+    return {
+        "score": 0.0 if failed else value,
+        "subscores": {k: float(v) for k, v in score.subscores.items()},
+        "status": "failed" if failed else "ok",
+        "reason": failed,
+        "trajectory": _trajectory_record(messages, terminations, used),
+        "extra": {**score.extra, **({"score_if_not_failed": value} if failed else {})},
+    }
+
+
+class PartialResults:
+    """The resumable partial result of one run (see the module docstring)."""
+
+    def __init__(self, out: str | Path, config_hash: str) -> None:
+        self.out = Path(out)
+        self.path = self.out.with_name(self.out.name + ".partial.jsonl")
+        self.meta_path = self.out.with_name(self.out.name + ".partial.meta.json")
+        self.config_hash = config_hash
+        self.lines: dict[tuple[str, int], dict[str, Any]] = {}
+        self.started = _now()
+        self._load()
+
+    def _load(self) -> None:
+        if not (self.path.exists() and self.meta_path.exists()):
+            self._reset()
+            return
+        try:
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except ValueError:
+            meta = {}
+        if meta.get("config_hash") != self.config_hash:
+            print(f"envace eval: partial results {self.path} belong to another config "
+                  f"({meta.get('config_hash')} != {self.config_hash}); starting afresh", file=sys.stderr)
+            self._reset()
+            return
+        self.started = meta.get("started", self.started)
+        good = []
+        for chunk in self.path.read_text(encoding="utf-8").split("\n"):
+            if not chunk:
+                continue
+            try:
+                line = json.loads(chunk)
+            except ValueError:
+                break  # a line truncated by a crash: drop it and everything after
+            key = (line["task_id"], line["sample"])
+            if key not in self.lines:
+                self.lines[key] = line
+                good.append(chunk + "\n")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(good), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def _reset(self) -> None:
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")
+        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
+        meta = {"config_hash": self.config_hash, "started": self.started}
+        tmp.write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(tmp, self.meta_path)
+
+    def append(self, line: dict[str, Any]) -> None:
+        """Record one finished sample durably."""
+        key = (line["task_id"], line["sample"])
+        if key in self.lines:
+            raise ResultsError(f"{self.path}: duplicate sample {key}")
+        text = json.dumps(line, allow_nan=False, ensure_ascii=False) + "\n"
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.lines[key] = line
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.meta_path.unlink(missing_ok=True)
+
+
+async def run_samples(
+    *,
+    adapter: BenchmarkAdapter,
+    tasks: list[Task],
+    samples: int,
+    seed: int,
+    services: Services,
+    backend_for: Callable[[Task, int], GenerateBackend],
+    tokenizer: ChatTemplateTokenizer,
+    config: RolloutConfig,
+    out: str | Path,
+    manifest: dict[str, Any],
+    concurrency: int = 1,
+    progress: bool = True,
+    keep_trajectory: bool = True,
+) -> tuple[Path, RunStats]:
+    """Run every ``(task, sample)`` not finished yet, then write ``out`` + manifest.
+
+    ``backend_for(task, sample)`` gives the backend of one sample (the same object for a served model;
+    a scripted one per task in self-checks). ``manifest``: keyword arguments of
+    :func:`envace.results.write_results` other than ``path``/``lines``/``started``/``benchmark``/``seed``
+    (``model``, ``scale``, ``config_hash``, optionally ``package_versions``).
+    Raises :class:`BackendError` when the backend fails (the partial file keeps what finished).
+    """
+    stats = RunStats()
+    t_start = time.perf_counter()
+    partial = PartialResults(out, manifest["config_hash"])
+    todo = [(t, s) for t in tasks for s in range(samples) if (t.task_id, s) not in partial.lines]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks) * samples, initial=len(tasks) * samples - len(todo), unit="sample",
+                   desc=f"{adapter.name} seed{seed}", file=sys.stderr, dynamic_ncols=True)
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(task: Task, sample: int) -> None:
+        async with sem:
+            try:
+                episode = adapter.new_episode(task, sample, seed, services)
+            except Exception as exc:  # bad task data / missing service: this sample fails, the run goes on
+                result = {"score": 0.0, "subscores": {}, "status": "failed",
+                          "reason": f"new_episode: {type(exc).__name__}: {exc}", "extra": {}}
+            else:
+                backend = _TimedBackend(backend_for(task, sample), stats)
+                result = await run_episode(task, episode, backend, tokenizer, config)
+        if not keep_trajectory:
+            result.pop("trajectory", None)
+        line = {"benchmark": adapter.name, "split": task.split, "task_id": task.task_id, "sample": sample,
+                "seed": seed, **result}
+        partial.append(line)
+        stats.samples += 1
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        await asyncio.gather(*(one(t, s) for t, s in todo))
+    finally:
+        if bar is not None:
+            bar.close()
+    order = {(t.task_id, s): i for i, (t, s) in enumerate((t, s) for t in tasks for s in range(samples))}
+    lines = sorted((line for key, line in partial.lines.items() if key in order), key=lambda x: order[
+        (x["task_id"], x["sample"])])
+    path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started, **manifest)
+    partial.remove()
+    stats.wall_s = time.perf_counter() - t_start
+    return path, stats

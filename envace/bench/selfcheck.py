@@ -1,0 +1,51 @@
+"""Gold-replay self-checks: ground-truth calls through the full evaluation runner path.
+
+Implemented: :func:`selfcheck_bfcl_multi_turn` — for every task of the four BFCL multi-turn categories,
+a :class:`envace.bench.scripted.ScriptedBackend` replays the task's ground-truth calls (one assistant
+message per user turn, then a text answer) through :func:`envace.bench.runner.run_samples` — the same
+episode driver, rollout loop (``Mode.REAL``), tool-call parser, structured dispatch and scorer as an
+evaluation — and counts passed samples. Uses the character tokenizer of :mod:`envace.bench.scripted`
+(see there why). Writes its result file into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from envace.bench.base import Services
+from envace.bench.bfcl import MULTI_TURN_SPLITS, BfclMultiTurnAdapter
+from envace.bench.runner import run_samples
+from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
+from envace.rollout import Mode, RolloutConfig
+
+__all__ = ["selfcheck_bfcl_multi_turn", "REPLAY_CONFIG"]
+
+#: roomy limits: the replay must never be cut by a budget (char-level tokens).
+REPLAY_CONFIG = RolloutConfig(mode=Mode.REAL, max_turns=1000, max_prompt_tokens=10**9,
+                              max_response_tokens=10**9, act_sampling={"max_tokens": 10**9})
+
+
+def selfcheck_bfcl_multi_turn(splits: list[str] | None = None, limit: int | None = None,
+                              out_dir: str | Path | None = None) -> tuple[int, int, list[dict]]:
+    """Replay ground truth; returns ``(passed, total, failed result lines)``."""
+    adapter = BfclMultiTurnAdapter()
+    tasks = adapter.load_tasks(list(splits or MULTI_TURN_SPLITS), limit)
+    tokenizer = CharTokenizer()
+    scripts = {t.task_id: script_for_calls(adapter.gold_turns(t)) for t in tasks}
+    with tempfile.TemporaryDirectory(prefix="envace-selfcheck-") as tmp:
+        out = Path(out_dir or tmp) / "bfcl_multi_turn_selfcheck.jsonl"
+        path, _ = asyncio.run(run_samples(
+            adapter=adapter, tasks=tasks, samples=1, seed=0, services=Services(),
+            backend_for=lambda task, sample: ScriptedBackend(scripts[task.task_id], tokenizer),
+            tokenizer=tokenizer, config=REPLAY_CONFIG, out=out,
+            manifest={"model": "gold", "scale": "smoke", "config_hash": "0" * 16,
+                      "git_commit": "", "package_versions": adapter.versions()},
+            progress=False, keep_trajectory=False,
+        ))
+        from envace.results import read_results
+
+        lines = read_results(path).lines
+    failed = [line for line in lines if line["status"] != "ok" or line["score"] != 1.0]
+    return len(lines) - len(failed), len(lines), failed
