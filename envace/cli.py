@@ -16,6 +16,13 @@ COMMAND_MODULES = [
     "envace.report.figures",
     "envace.report.diff",
     "envace.commands.tiny_model",
+    "envace.commands.fidelity",
+    "envace.commands.eval",
+    "envace.commands.serve",
+    "envace.commands.selfcheck",
+    "envace.commands.train",
+    "envace.commands.data",
+    "envace.commands.plan",
     "envace.commands.pending",
 ]
 

@@ -1,0 +1,227 @@
+"""Rehearsal fidelity (envace.fidelity and `envace fidelity`): pair extraction, hand-computed metrics,
+teacher-forced prompts, task-level aggregation, and the command end to end with the tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from envace.cli import main
+from envace.fidelity import (
+    CallPair,
+    PairScore,
+    aggregate,
+    extract_pairs,
+    field_f1,
+    is_error_value,
+    json_equal,
+    pairs_from_line,
+    predict_observations,
+    score_pair,
+)
+from envace.results import write_results
+from envace.tiny_model import build_tiny_model
+from envace.tools import ToolCall
+
+from .conftest import WEATHER_TOOL, ScriptedBackend
+
+CHAT: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a weather assistant."},
+    {"role": "user", "content": "Weather in Paris and Rome?"},
+    {"role": "assistant", "content": "Let me check.", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+        {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}},
+    ]},
+    {"role": "tool", "name": "get_weather", "content": '{"temperature": 18}'},
+    {"role": "tool", "name": "get_weather", "content": "Error: ROME-IS-CLOSED"},
+    {"role": "assistant", "content": "garbled turn"},
+    {"role": "tool", "content": '{"error": "INVALID_TOOL_CALL_FORMAT", "message": "x"}'},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "[1]"}},
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
+    ]},
+    {"role": "tool", "name": "get_weather", "content": "{}"},
+]
+
+
+def test_extract_pairs():
+    pairs, skipped = extract_pairs(CHAT)
+    assert [(p.call, p.observation) for p in pairs] == [
+        (ToolCall("get_weather", {"city": "Paris"}), '{"temperature": 18}'),
+        (ToolCall("get_weather", {"city": "Rome"}), "Error: ROME-IS-CLOSED"),
+    ]
+    first, second = pairs
+    assert first.history == CHAT[:2] and first.earlier == []
+    assert second.earlier == [(ToolCall("get_weather", {"city": "Paris"}), '{"temperature": 18}')]
+    assert first.caller_text.startswith("Let me check.\n<tool_call>")
+    # unparsable-turn answer, bad arguments, and a call the episode never answered
+    assert skipped == {"no_call": 1, "bad_arguments": 1, "no_observation": 1}
+
+
+def test_pairs_from_line_needs_messages_and_tools():
+    line = {"task_id": "t1", "sample": 2, "split": "base", "trajectory": {"messages": CHAT, "tools": []}}
+    pairs, tools, _ = pairs_from_line(line)
+    assert [(p.task_id, p.sample, p.split) for p in pairs] == [("t1", 2, "base")] * 2 and tools == []
+    # the runner's record has no tools: they come from the caller (the benchmark adapter's task)
+    runner_line = {**line, "trajectory": {"messages": CHAT, "terminations": ["final_answer"], "act_turns": 2}}
+    assert pairs_from_line(runner_line, tools=[WEATHER_TOOL])[1] == [WEATHER_TOOL]
+    with pytest.raises(ValueError, match="f.jsonl: line 3: the trajectory has no 'tools'"):
+        pairs_from_line(runner_line, "f.jsonl: line 3")
+    with pytest.raises(ValueError, match="f.jsonl: line 3: 'trajectory' must be an object"):
+        pairs_from_line({"trajectory": [CHAT]}, "f.jsonl: line 3")
+
+
+def test_json_rules():
+    assert json_equal({"a": [1, 2.0]}, {"a": [1.0, 2]})
+    assert not json_equal(True, 1) and not json_equal([1, 2], [2, 1])
+    assert not json_equal({"a": 1}, {"a": 1, "b": 2})
+    assert is_error_value({"error": "boom"}) and is_error_value("Error: no such order")
+    assert not is_error_value({"error": None}) and not is_error_value("fine") and not is_error_value([])
+    # pred leaves {a=1, b.c=2}; real leaves {a=1, b.c=3, d=4}: P = 1/2, R = 1/3, F1 = 2PR/(P+R) = 0.4
+    assert field_f1({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}, "d": 4}) == pytest.approx(0.4)
+    assert field_f1({}, {}) == 1.0 and field_f1([], {}) == 0.0 and field_f1("x", "x") == 1.0
+    assert field_f1([1, 2], [1, 3, 4]) == pytest.approx(2 * (1 / 2) * (1 / 3) / (1 / 2 + 1 / 3))
+
+
+def _pair(observation: str) -> CallPair:
+    call = ToolCall("get_weather", {"city": "Paris"})
+    return CallPair("get_weather", call, observation, [], "", [], "t", 0)
+
+
+def test_score_pair():
+    s = score_pair(_pair('{"temperature": 18}'), '<execution_result>{"temperature": 18.0}</execution_result>')
+    assert (s.real_kind, s.pred_kind, s.agree, s.exact, s.field_f1) == ("success", "success", 1, 1, 1)
+    s = score_pair(_pair('{"temperature": 18, "unit": "c"}'),
+                   '<think>x</think><execution_result>{"temperature": 20, "unit": "c"}</execution_result>')
+    assert (s.agree, s.exact, s.field_f1) == (1.0, 0.0, 0.5)
+    code = '<execution_result>{"error": "INVALID_PARAMETERS", "message": "m"}</execution_result>'
+    s = score_pair(_pair('{"temperature": 18}'), code)
+    assert (s.real_kind, s.pred_kind, s.agree, s.exact, s.field_f1) == ("success", "error", 0, 0, 0)
+    s = score_pair(_pair("Error: city not found"), code)
+    assert (s.real_kind, s.pred_kind, s.agree, s.exact) == ("error", "error", 1, 0)
+    s = score_pair(_pair('{"ok": true}'), "no block at all")
+    assert (s.pred_kind, s.agree, s.exact, s.field_f1) == ("malformed", 0, 0, 0)
+    s = score_pair(_pair('{"ok": true}'), None)
+    assert (s.pred_kind, s.agree) == ("skipped", 0)
+
+
+def test_predict_observations_is_teacher_forced(tokenizer):
+    pairs, _ = extract_pairs(CHAT)
+    log: list[tuple[str, Any]] = []
+    backend = ScriptedBackend("model", tokenizer, ['<execution_result>{"t": 1}</execution_result>'] * 2, log)
+    preds = asyncio.run(predict_observations(pairs, [[WEATHER_TOOL]] * 2, backend, tokenizer,
+                                             sampling={"temperature": 0.0, "max_tokens": 32}))
+    assert preds == ['<execution_result>{"t": 1}</execution_result>'] * 2
+    first, second = backend.prompts
+    assert "Weather in Paris and Rome?" in first and '"city": "Paris"' in first
+    assert "temperature" not in first
+    # the second call of the turn sees the first call's REAL observation, not the model's prediction
+    assert '{"temperature": 18}' in second and '"city": "Rome"' in second
+    assert "ROME-IS-CLOSED" not in second
+    assert backend.params[0] == {"temperature": 0.0, "max_tokens": 32}
+    too_long = asyncio.run(predict_observations(pairs[:1], [[WEATHER_TOOL]], backend, tokenizer,
+                                                sampling={"max_tokens": 32}, max_context_tokens=40))
+    assert too_long == [None] and len(backend.prompts) == 2
+
+
+def test_aggregate_is_task_level():
+    def s(task: str, tool: str, agree: float) -> PairScore:
+        return PairScore(task, 0, "x", tool, "success", "success", agree, 0.0, agree)
+
+    scores = [s("a", "f", 1.0), s("a", "g", 0.0), s("b", "f", 1.0)]
+    out = aggregate(scores, resamples=500, seed=1)
+    overall = out["overall"]
+    assert overall["agree"]["point"] == pytest.approx(0.75)  # task means 0.5 and 1.0
+    assert overall["agree"]["micro"] == pytest.approx(2 / 3)
+    assert overall["agree"]["ci_low"] <= 0.75 <= overall["agree"]["ci_high"]
+    assert 0.5 <= overall["agree"]["ci_low"] and overall["agree"]["ci_high"] <= 1.0
+    assert overall["exact"]["degenerate"] and overall["exact"]["point"] == 0.0
+    assert (overall["n_pairs"], overall["n_tasks"]) == (3, 2)
+    assert out["per_tool"]["f"]["agree"]["point"] == 1.0 and out["per_tool"]["g"]["n_tasks"] == 1
+    with pytest.raises(ValueError, match="no scored"):
+        aggregate([])
+
+
+def _write(path, lines):
+    return write_results(path, lines, model="qwen3_8b", benchmark="bfcl_multi_turn", seed=0, scale="smoke",
+                         config_hash="0123456789abcdef", git_commit="abc", package_versions={})
+
+
+def test_fidelity_command_end_to_end(tmp_path):
+    model_dir = build_tiny_model(tmp_path / "tiny")
+    base = {"benchmark": "bfcl_multi_turn", "split": "base", "seed": 0, "score": 1.0, "subscores": {},
+            "status": "ok", "reason": None}
+    lines = [
+        {**base, "task_id": "t1", "sample": 0, "trajectory": {"messages": CHAT, "tools": [WEATHER_TOOL]}},
+        {**base, "task_id": "t2", "sample": 0, "trajectory": {"messages": CHAT[:4], "tools": [WEATHER_TOOL]}},
+        {**base, "task_id": "t3", "sample": 0, "score": 0.0, "status": "failed", "reason": "server died"},
+    ]
+    results = _write(tmp_path / "seed0.jsonl", lines)
+    out = tmp_path / "fid" / "tiny.json"
+    argv = ["fidelity", "--results", str(results), "--model-path", str(model_dir), "--label", "tiny",
+            "--out", str(out), "--max-tokens", "8", "--resamples", "200"]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "bfcl_multi_turn" and doc["trajectory_models"] == ["qwen3_8b"]
+    assert doc["summary"]["overall"]["n_pairs"] == 3 == len(doc["pairs"])
+    assert doc["summary"]["overall"]["n_tasks"] == 2
+    assert doc["skipped"]["failed_without_trajectory"] == 1 and doc["skipped"]["no_observation"] == 2
+    assert [p["real_kind"] for p in doc["pairs"]] == ["success", "error", "success"]
+    # an untrained model never writes a valid <execution_result> in 8 tokens
+    assert doc["summary"]["overall"]["pred_kinds"]["malformed"] == 3
+    assert main(argv) == 0 and json.loads(out.read_text())["pairs"] == doc["pairs"]  # deterministic
+
+    other = tmp_path / "fid" / "other.json"
+    other.write_text(json.dumps({**doc, "model": "other"}))
+    table, csv_path, fig = tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "f.pdf"
+    assert main(["fidelity-report", "--inputs", str(out), str(other), "--table", str(table), "--csv",
+                 str(csv_path), "--figure", str(fig)]) == 0
+    md = table.read_text()
+    assert "| bfcl_multi_turn | tiny | (all) | 3 | 2 |" in md
+    assert "| bfcl_multi_turn | other | get_weather |" in md
+    assert len(csv_path.read_text().splitlines()) == 1 + 2 * 2
+    assert fig.stat().st_size > 0 and fig.with_suffix(".png").stat().st_size > 0
+
+
+def test_fidelity_command_rejects_lines_without_trajectory(tmp_path, capsys):
+    line = {"benchmark": "bfcl_multi_turn", "split": "base", "seed": 0, "score": 1.0, "subscores": {},
+            "status": "ok", "reason": None, "task_id": "t1", "sample": 0}
+    results = _write(tmp_path / "seed0.jsonl", [line])
+    code = main(["fidelity", "--results", str(results), "--model-path", str(tmp_path), "--label", "x",
+                 "--out", str(tmp_path / "o.json")])
+    assert code == 1
+    assert "line 1: 'trajectory' must be an object" in capsys.readouterr().err
+
+
+def test_fidelity_command_takes_tools_from_the_adapter(tmp_path, repo_root, monkeypatch):
+    import envace.commands.fidelity as cmd
+    from envace.bench.base import Task
+
+    calls: list[tuple[str, Any]] = []
+
+    class FakeAdapter:
+        def load_tasks(self, splits, limit):
+            calls.append(("load_tasks", (splits, limit)))
+            return [Task("t1", "base", None, "q", [WEATHER_TOOL]), Task("t2", "base", None, "q", [])]
+
+    def fake_get_adapter(name, **kwargs):
+        calls.append(("get_adapter", name))
+        return FakeAdapter()
+
+    monkeypatch.setattr(cmd, "get_adapter", fake_get_adapter)
+    model_dir = build_tiny_model(tmp_path / "tiny")
+    line = {"benchmark": "bfcl_multi_turn", "split": "base", "seed": 0, "score": 1.0, "subscores": {},
+            "status": "ok", "reason": None, "task_id": "t1", "sample": 0,
+            "trajectory": {"messages": CHAT[:5], "terminations": ["final_answer"], "act_turns": 1}}
+    results = _write(tmp_path / "seed0.jsonl", [line, {**line, "sample": 1}])
+    out = tmp_path / "o.json"
+    config = str(repo_root / "config/smoke.yaml")
+    assert main(["fidelity", "--results", str(results), "--model-path", str(model_dir), "--label", "tiny",
+                 "--out", str(out), "--max-tokens", "4", "--config", config]) == 0
+    assert [c[0] for c in calls] == ["get_adapter", "load_tasks"]  # loaded once, for all lines
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["overall"]["n_pairs"] == 4 and doc["summary"]["overall"]["n_tasks"] == 1
+    assert doc["bootstrap"]["resamples"] == 1000  # report.bootstrap of the smoke config
