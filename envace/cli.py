@@ -23,7 +23,6 @@ COMMAND_MODULES = [
     "envace.commands.train",
     "envace.commands.data",
     "envace.commands.plan",
-    "envace.commands.pending",
 ]
 
 

@@ -30,7 +30,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -132,14 +132,23 @@ async def run_episode(
         raise
     except Exception as exc:  # an adapter/environment bug or bad data: a failed sample, never a crash
         return {
-            "score": 0.0, "subscores": {}, "status": "failed",
+            "score": 0.0,
+            "subscores": {},
+            "status": "failed",
             "reason": f"{type(exc).__name__}: {exc}",
-            "trajectory": _trajectory_record(messages, terminations, used), "extra": {},
+            "trajectory": _trajectory_record(messages, terminations, used),
+            "extra": {},
         }
     value = float(score.score)
     if not 0.0 <= value <= 1.0 or value != value:
-        return {"score": 0.0, "subscores": {}, "status": "failed", "reason": f"score out of range: {value}",
-                "trajectory": _trajectory_record(messages, terminations, used), "extra": {}}
+        return {
+            "score": 0.0,
+            "subscores": {},
+            "status": "failed",
+            "reason": f"score out of range: {value}",
+            "trajectory": _trajectory_record(messages, terminations, used),
+            "extra": {},
+        }
     return {
         "score": 0.0 if failed else value,
         "subscores": {k: float(v) for k, v in score.subscores.items()},
@@ -171,8 +180,11 @@ class PartialResults:
         except ValueError:
             meta = {}
         if meta.get("config_hash") != self.config_hash:
-            print(f"envace eval: partial results {self.path} belong to another config "
-                  f"({meta.get('config_hash')} != {self.config_hash}); starting afresh", file=sys.stderr)
+            print(
+                f"envace eval: partial results {self.path} belong to another config "
+                f"({meta.get('config_hash')} != {self.config_hash}); starting afresh",
+                file=sys.stderr,
+            )
             self._reset()
             return
         self.started = meta.get("started", self.started)
@@ -217,6 +229,12 @@ class PartialResults:
         self.meta_path.unlink(missing_ok=True)
 
 
+#: ``(task, episode, backend, tokenizer, rollout_config) -> result fields`` (see :func:`run_episode`).
+EpisodeFn = Callable[
+    [Task, Episode, GenerateBackend, ChatTemplateTokenizer, RolloutConfig], Awaitable[dict[str, Any]]
+]
+
+
 async def run_samples(
     *,
     adapter: BenchmarkAdapter,
@@ -232,11 +250,14 @@ async def run_samples(
     concurrency: int = 1,
     progress: bool = True,
     keep_trajectory: bool = True,
+    episode_fn: EpisodeFn | None = None,
 ) -> tuple[Path, RunStats]:
     """Run every ``(task, sample)`` not finished yet, then write ``out`` + manifest.
 
     ``backend_for(task, sample)`` gives the backend of one sample (the same object for a served model;
-    a scripted one per task in self-checks). ``manifest``: keyword arguments of
+    a scripted one per task in self-checks). ``episode_fn`` runs one episode (default
+    :func:`run_episode`; test-time scaling passes its own, with the same signature).
+    ``manifest``: keyword arguments of
     :func:`envace.results.write_results` other than ``path``/``lines``/``started``/``benchmark``/``seed``
     (``model``, ``scale``, ``config_hash``, optionally ``package_versions``).
     Raises :class:`BackendError` when the backend fails (the partial file keeps what finished).
@@ -249,8 +270,14 @@ async def run_samples(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(tasks) * samples, initial=len(tasks) * samples - len(todo), unit="sample",
-                   desc=f"{adapter.name} seed{seed}", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(
+            total=len(tasks) * samples,
+            initial=len(tasks) * samples - len(todo),
+            unit="sample",
+            desc=f"{adapter.name} seed{seed}",
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def one(task: Task, sample: int) -> None:
@@ -258,15 +285,26 @@ async def run_samples(
             try:
                 episode = adapter.new_episode(task, sample, seed, services)
             except Exception as exc:  # bad task data / missing service: this sample fails, the run goes on
-                result = {"score": 0.0, "subscores": {}, "status": "failed",
-                          "reason": f"new_episode: {type(exc).__name__}: {exc}", "extra": {}}
+                result = {
+                    "score": 0.0,
+                    "subscores": {},
+                    "status": "failed",
+                    "reason": f"new_episode: {type(exc).__name__}: {exc}",
+                    "extra": {},
+                }
             else:
                 backend = _TimedBackend(backend_for(task, sample), stats)
-                result = await run_episode(task, episode, backend, tokenizer, config)
+                result = await (episode_fn or run_episode)(task, episode, backend, tokenizer, config)
         if not keep_trajectory:
             result.pop("trajectory", None)
-        line = {"benchmark": adapter.name, "split": task.split, "task_id": task.task_id, "sample": sample,
-                "seed": seed, **result}
+        line = {
+            "benchmark": adapter.name,
+            "split": task.split,
+            "task_id": task.task_id,
+            "sample": sample,
+            "seed": seed,
+            **result,
+        }
         partial.append(line)
         stats.samples += 1
         if bar is not None:
@@ -278,8 +316,10 @@ async def run_samples(
         if bar is not None:
             bar.close()
     order = {(t.task_id, s): i for i, (t, s) in enumerate((t, s) for t in tasks for s in range(samples))}
-    lines = sorted((line for key, line in partial.lines.items() if key in order), key=lambda x: order[
-        (x["task_id"], x["sample"])])
+    lines = sorted(
+        (line for key, line in partial.lines.items() if key in order),
+        key=lambda x: order[(x["task_id"], x["sample"])],
+    )
     path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started, **manifest)
     partial.remove()
     stats.wall_s = time.perf_counter() - t_start

@@ -13,7 +13,12 @@ the evaluation sampling settings and the seed; writes the result file + manifest
 :func:`envace.config.eval_hash`). Interrupted runs resume from ``<out>.partial.jsonl``. A server that
 dies stops the run with exit code 1 and a message; rerunning the same command resumes.
 
-TTS (``--tts parallel|sequential``) is not implemented here yet (issue #6): exit code 2.
+Test-time scaling: ``--tts-setting ID`` (what the Snakemake rule passes: ``no_tts`` or
+``{parallel|sequential}_n{N}_{rehearser name}`` from ``tts.settings``), or equivalently ``--tts MODE --n N
+--rehearser MODEL_ID`` with a model named in ``tts.rehearsers``. Each sample then runs
+:func:`envace.tts.run_tts` (N private rehearsals by the rehearser, a summary, one commit in the real
+episode); ``no_tts`` runs the plain episode but is keyed and stored as a TTS result. The manifest's
+``model`` is the setting id and its ``config_hash`` :func:`envace.config.tts_hash`.
 
 Checkpoint layout read (ours, pending the training issue): ``<dir>/step<N>`` / ``<dir>/step_<N>`` /
 ``<dir>/global_step_<N>``, each either an HF model directory or holding one under ``huggingface/`` or
@@ -45,15 +50,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--tts", choices=["none", "parallel", "sequential"], default="none")
     p.add_argument("--n", type=int, default=0, help="number of private rehearsals (TTS)")
-    p.add_argument("--rehearser", help="model id of the rehearser (TTS)")
+    p.add_argument("--rehearser", help="model id of the rehearser (TTS), one of tts.rehearsers")
+    p.add_argument("--tts-setting", help="TTS setting id from tts.settings (replaces --tts/--n/--rehearser)")
     p.add_argument("--out", required=True, help="per-sample JSONL; the manifest is written beside it")
-    p.add_argument("--backend", choices=["auto", "vllm", "transformers", "hf"], default="auto",
-                   help="how the model under test runs (ours; 'hf' = in-process, no server)")
-    p.add_argument("--concurrency", type=int, default=0,
-                   help="samples in flight (default: 1 for hf/transformers, 16 for vllm)")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "vllm", "transformers", "hf"],
+        default="auto",
+        help="how the model under test runs (ours; 'hf' = in-process, no server)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="samples in flight (default: 1 for hf/transformers, 16 for vllm)",
+    )
     p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for a server")
-    p.add_argument("--gpus", type=int, help="GPUs (tensor-parallel size) of the model's vLLM server "
-                   "(default: resources.serve_gpus of the model's size, as the Snakemake rule reserves)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        help="GPUs (tensor-parallel size) of the model's vLLM server "
+        "(default: resources.serve_gpus of the model's size, as the Snakemake rule reserves)",
+    )
     p.add_argument("--max-prompt-tokens", type=int, default=12288, help="initial prompt limit (paper: 12k)")
     p.add_argument("--user-simulator-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
     p.add_argument("--judge-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
@@ -91,14 +109,39 @@ def _backend_kind(choice: str) -> str:
     return "vllm" if torch.cuda.is_available() else "transformers"
 
 
+def tts_setting(args: argparse.Namespace, cfg: dict[str, Any]) -> str | None:
+    """The TTS setting id of this run, or None for a plain evaluation. Raises ConfigError if unknown."""
+    from envace.config import ConfigError
+
+    if args.tts_setting:
+        setting = args.tts_setting
+    elif args.tts == "none":
+        return None
+    else:
+        names = {model: name for name, model in cfg["tts"]["rehearsers"].items()}
+        if args.rehearser not in names:
+            raise ConfigError(
+                f"--rehearser must be one of tts.rehearsers {sorted(names)}, got {args.rehearser!r}"
+            )
+        setting = f"{args.tts}_n{args.n}_{names[args.rehearser]}"
+    if setting not in cfg["tts"]["settings"]:
+        raise ConfigError(f"unknown TTS setting {setting!r} (known: {cfg['tts']['settings']})")
+    return setting
+
+
+def model_path_of(cfg: dict[str, Any], model_id: str) -> str:
+    """Where a model id's weights are: its path, or the last checkpoint of its training run."""
+    entry = cfg["models"][model_id]
+    if entry["kind"] == "trained":
+        return str(resolve_checkpoint(Path(cfg["paths"]["checkpoints"]) / entry["run"], None))
+    return str(entry["path"])
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.tts != "none":
-        print("envace eval: error: TTS not implemented yet (#6); use --tts none", file=sys.stderr)
-        return 2
     from envace.bench import get_adapter
     from envace.bench.base import Endpoint, Services
     from envace.bench.runner import BackendError, run_samples
-    from envace.config import ConfigError, eval_hash, load_config
+    from envace.config import ConfigError, eval_hash, load_config, tts_hash
     from envace.results import current_git_commit, installed_versions
     from envace.rollout import Mode, RolloutConfig
     from envace.serving import Server, ServerError, install_signal_handlers
@@ -106,7 +149,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.benchmark not in cfg["benchmarks"]:
         raise ConfigError(f"benchmark {args.benchmark!r} is not in the config's benchmarks")
-    config_hash = eval_hash(cfg, args.model, args.benchmark)
+    setting = tts_setting(args, cfg)
+    config_hash = (
+        tts_hash(cfg, setting, args.benchmark) if setting else eval_hash(cfg, args.model, args.benchmark)
+    )
     bcfg = dict(cfg["benchmarks"][args.benchmark])
     model_path = args.model_path or str(resolve_checkpoint(args.checkpoint_dir, args.step))
     out = Path(args.out)
@@ -114,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
     tasks = adapter.load_tasks(list(bcfg["splits"]), bcfg.get("limit"))
     sampling = cfg["evaluation"]["sampling"]
     rollout = RolloutConfig(
-        mode=Mode.REAL, max_turns=int(sampling["max_turns"]), max_prompt_tokens=args.max_prompt_tokens,
+        mode=Mode.REAL,
+        max_turns=int(sampling["max_turns"]),
+        max_prompt_tokens=args.max_prompt_tokens,
         max_response_tokens=int(sampling["max_tokens"]),
         act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens") if k in sampling},
     )
@@ -130,21 +178,46 @@ def run(args: argparse.Namespace) -> int:
 
         def serve(path: str, role: str) -> Server:
             if path not in servers:
-                n = (args.gpus or serve_gpus.get(_model_size(cfg, args.model), 1)) if role == "model" \
-                    else serve_gpus.get("30B", 4)  # helpers: the 30B user simulator / judge (as common.smk)
+                if role == "model":
+                    n = args.gpus or serve_gpus.get(_model_size(cfg, args.model), 1)
+                elif role == "rehearser":
+                    n = serve_gpus.get(_model_size(cfg, rehearser_id), 1)
+                else:  # helpers: the 30B user simulator / judge (as common.smk)
+                    n = serve_gpus.get("30B", 4)
                 env = None
                 if server_kind == "vllm":
                     if len(gpu_pool) < n:
                         raise ServerError(f"{role} server needs {n} GPUs, only {len(gpu_pool)} left")
                     env = {"CUDA_VISIBLE_DEVICES": ",".join(gpu_pool[:n])}
                     del gpu_pool[:n]
-                servers[path] = stack.enter_context(Server(
-                    server_kind, path, ready_timeout=args.ready_timeout, gpus=n, seed=args.seed,
-                    device=device, env=env, log_path=log_dir / f"{out.stem}.{role}.log"))
+                servers[path] = stack.enter_context(
+                    Server(
+                        server_kind,
+                        path,
+                        ready_timeout=args.ready_timeout,
+                        gpus=n,
+                        seed=args.seed,
+                        device=device,
+                        env=env,
+                        log_path=log_dir / f"{out.stem}.{role}.log",
+                    )
+                )
             return servers[path]
 
+        rehearser_id = (
+            cfg["tts"]["rehearsers"][setting.rsplit("_", 1)[1]] if setting not in (None, "no_tts") else None
+        )
         try:
             backend, tokenizer = _model_backend(kind, model_path, args.seed, serve)
+            episode_fn = None
+            if rehearser_id is not None:
+                rehearser_path = model_path_of(cfg, rehearser_id)
+                rehearser = (
+                    (backend, tokenizer)
+                    if rehearser_path == model_path
+                    else _model_backend(kind, rehearser_path, args.seed, serve, role="rehearser")
+                )
+                episode_fn = _tts_episode_fn(cfg, setting, *rehearser)
             services = Services()
             for role, flag in (("user_simulator", args.user_simulator_url), ("judge", args.judge_url)):
                 name = bcfg.get(role)
@@ -156,23 +229,45 @@ def run(args: argparse.Namespace) -> int:
         except ServerError as exc:
             print(f"envace eval: error: {exc}", file=sys.stderr)
             return 1
-        manifest = {"model": args.model, "scale": cfg["scale"], "config_hash": config_hash,
-                    "git_commit": current_git_commit(),
-                    "package_versions": {**installed_versions(), **adapter.versions()}}
+        manifest = {
+            "model": setting or args.model,
+            "scale": cfg["scale"],
+            "config_hash": config_hash,
+            "git_commit": current_git_commit(),
+            "package_versions": {**installed_versions(), **adapter.versions()},
+        }
         concurrency = args.concurrency or (16 if kind == "vllm" else 1)
         try:
-            path, stats = asyncio.run(run_samples(
-                adapter=adapter, tasks=tasks, samples=int(bcfg.get("samples", 1)), seed=args.seed,
-                services=services, backend_for=lambda task, sample: backend, tokenizer=tokenizer,
-                config=rollout, out=out, manifest=manifest, concurrency=concurrency,
-                progress=not args.no_progress))
+            path, stats = asyncio.run(
+                run_samples(
+                    adapter=adapter,
+                    tasks=tasks,
+                    samples=int(bcfg.get("samples", 1)),
+                    seed=args.seed,
+                    services=services,
+                    backend_for=lambda task, sample: backend,
+                    tokenizer=tokenizer,
+                    config=rollout,
+                    out=out,
+                    manifest=manifest,
+                    concurrency=concurrency,
+                    progress=not args.no_progress,
+                    episode_fn=episode_fn,
+                )
+            )
         except BackendError as exc:
-            print(f"envace eval: error: {exc}\nFinished samples are kept in {out}.partial.jsonl; rerun the "
-                  "same command to resume.", file=sys.stderr)
+            print(
+                f"envace eval: error: {exc}\nFinished samples are kept in {out}.partial.jsonl; rerun the "
+                "same command to resume.",
+                file=sys.stderr,
+            )
             return 1
     share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
-    print(f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, "
-          f"{share:.0%} of the time outside the model)", file=sys.stderr)
+    print(
+        f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, "
+        f"{share:.0%} of the time outside the model)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -202,7 +297,38 @@ def _with(services: Any, role: str, endpoint: Any) -> Any:
     return replace(services, **{role: endpoint})
 
 
-def _model_backend(kind: str, model_path: str, seed: int, serve: Any) -> tuple[Any, Any]:
+def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser_tokenizer: Any) -> Any:
+    """An episode function for :func:`envace.bench.runner.run_samples` running test-time scaling."""
+    from envace.tts import TTSConfig, run_tts
+
+    mode, n, _ = setting.split("_")
+    tts = cfg["tts"]
+
+    async def episode_fn(
+        task: Any, episode: Any, backend: Any, tokenizer: Any, config: Any
+    ) -> dict[str, Any]:
+        tts_config = TTSConfig(
+            mode=mode,
+            n=int(n[1:]),
+            rollout=config,
+            attempt_max_tokens=int(tts["attempt_max_tokens"]),
+            memory_max_tokens=int(tts["memory_max_tokens"]),
+        )
+        result = await run_tts(
+            task,
+            episode,
+            actor=backend,
+            actor_tokenizer=tokenizer,
+            rehearser=rehearser,
+            rehearser_tokenizer=rehearser_tokenizer,
+            config=tts_config,
+        )
+        return result.fields
+
+    return episode_fn
+
+
+def _model_backend(kind: str, model_path: str, seed: int, serve: Any, role: str = "model") -> tuple[Any, Any]:
     from envace.backends import TextCompletionsBackend, VLLMCompletionsBackend, load_hf_backend
 
     if kind == "hf":
@@ -210,7 +336,7 @@ def _model_backend(kind: str, model_path: str, seed: int, serve: Any) -> tuple[A
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    srv = serve(model_path, "model")
+    srv = serve(model_path, role)
     if kind == "vllm":
         return VLLMCompletionsBackend(srv.base_url, srv.served_name, server=srv, seed=seed), tokenizer
     return TextCompletionsBackend(srv.base_url, srv.served_name, tokenizer, server=srv, seed=seed), tokenizer

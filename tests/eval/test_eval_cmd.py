@@ -34,8 +34,24 @@ def fast_config(tmp_path) -> Path:
 
 def test_eval_hf_backend_writes_results_and_manifest(tiny_dir, fast_config, tmp_path, capsys):
     out = tmp_path / "eval/qwen3_8b/finmcp/seed1.jsonl"
-    argv = ["eval", "--config", str(fast_config), "--model", "qwen3_8b", "--model-path", str(tiny_dir),
-            "--benchmark", "finmcp", "--seed", "1", "--out", str(out), "--backend", "hf", "--no-progress"]
+    argv = [
+        "eval",
+        "--config",
+        str(fast_config),
+        "--model",
+        "qwen3_8b",
+        "--model-path",
+        str(tiny_dir),
+        "--benchmark",
+        "finmcp",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+        "--backend",
+        "hf",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     cfg = load_config(fast_config)
     res = read_results(out, expected_hash=eval_hash(cfg, "qwen3_8b", "finmcp"))
@@ -48,13 +64,69 @@ def test_eval_hf_backend_writes_results_and_manifest(tiny_dir, fast_config, tmp_
     assert "outside the model" in capsys.readouterr().err
 
 
-def test_eval_rejects_tts_and_unknown_benchmark(fast_config, tmp_path, capsys):
-    base = ["eval", "--config", str(fast_config), "--model", "qwen3_8b", "--model-path", "x", "--seed", "0",
-            "--out", str(tmp_path / "o.jsonl")]
-    assert main(base + ["--benchmark", "tau2", "--tts", "parallel", "--n", "2"]) == 2
-    assert "TTS not implemented yet (#6)" in capsys.readouterr().err
+def test_eval_rejects_unknown_tts_setting_and_benchmark(fast_config, tmp_path, capsys):
+    base = [
+        "eval",
+        "--config",
+        str(fast_config),
+        "--model",
+        "qwen3_8b",
+        "--model-path",
+        "x",
+        "--seed",
+        "0",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+    ]
+    assert main(base + ["--benchmark", "tau2", "--tts-setting", "parallel_n9_envace"]) == 1
+    assert "unknown TTS setting" in capsys.readouterr().err
+    assert main(base + ["--benchmark", "tau2", "--tts", "parallel", "--n", "2", "--rehearser", "nope"]) == 1
+    assert "tts.rehearsers" in capsys.readouterr().err
     assert main(base + ["--benchmark", "nope"]) == 1
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, setting",
+    [
+        (["--tts-setting", "sequential_n2_base"], "sequential_n2_base"),
+        (["--tts", "parallel", "--n", "1", "--rehearser", "qwen3_8b"], "parallel_n1_base"),
+    ],
+)
+def test_eval_with_test_time_scaling(tiny_dir, fast_config, tmp_path, flags, setting):
+    """TTS through the real eval path: rehearsals by the rehearser, one commit, stored as a TTS result."""
+    from envace.config import tts_hash
+
+    cfg = yaml.safe_load(fast_config.read_text())
+    cfg["benchmarks"]["finmcp"]["limit"] = 1
+    cfg["models"]["qwen3_8b"]["path"] = str(tiny_dir)
+    cfg["tts"].update(attempt_max_tokens=16, memory_max_tokens=16)
+    fast_config.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / f"tts/{setting}/finmcp/seed0.jsonl"
+    argv = [
+        "eval",
+        "--config",
+        str(fast_config),
+        "--model",
+        "envace_8b",
+        "--model-path",
+        str(tiny_dir),
+        "--benchmark",
+        "finmcp",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--backend",
+        "hf",
+        "--no-progress",
+    ]
+    assert main(argv + flags) == 0
+    res = read_results(out, expected_hash=tts_hash(load_config(fast_config), setting, "finmcp"))
+    assert res.manifest["model"] == setting
+    assert len(res.lines) == 1
+    record = res.lines[0]["extra"]["tts"]  # kept for failed commits too
+    assert len(record["attempts"]) == int(setting.split("_")[1][1:])
 
 
 def test_resolve_checkpoint(tmp_path):

@@ -158,15 +158,6 @@ def tts_files(setting, benchmark, root=None):
     ]
 
 
-def tts_args(setting):
-    """Command-line flags of `envace eval` for a TTS setting id ('no_tts' or mode_nN_rehearser)."""
-    if setting == "no_tts":
-        return "--tts none"
-    mode, n, rehearser = setting.split("_")
-    model = CFG["tts"]["rehearsers"][rehearser]
-    return f"--tts {mode} --n {n[1:]} --rehearser {model}"
-
-
 def tts_rehearser_ready(setting):
     if setting == "no_tts":
         return []

@@ -19,7 +19,6 @@ rule tts_evaluate:
         config=RESOLVED_CONFIG,
         actor=CFG["tts"]["actor"],
         actor_path=model_path_arg(CFG["tts"]["actor"]),
-        tts=lambda wc: tts_args(wc.setting),
     shell:
-        "envace eval --config {params.config} --model {params.actor} {params.actor_path} {params.tts} "
+        "envace eval --config {params.config} --model {params.actor} {params.actor_path} --tts-setting {wildcards.setting} "
         "--benchmark {wildcards.benchmark} --seed {wildcards.seed} --out {output.samples} > {log} 2>&1"
