@@ -431,6 +431,9 @@ async def run_tts(
             "EnvACE rehearsal", the base model for the control); ``rehearser_tokenizer`` its tokenizer.
         config: :class:`TTSConfig`.
     """
+    opener = getattr(episode, "first_user_message", None)
+    if callable(opener):  # a simulated user opens the conversation (tau2): rehearse against its message
+        task = dataclasses.replace(task, first_user=opener())
     s = _Session(task, actor_tokenizer, rehearser, rehearser_tokenizer, config)
     try:
         attempts, raw_memory, summary, summary_prompt, reason = await _rehearse(s)

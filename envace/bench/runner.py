@@ -97,12 +97,14 @@ async def run_episode(
     messages: list[dict[str, Any]] = []
     if task.system:
         messages.append({"role": "system", "content": task.system})
-    messages.append({"role": "user", "content": task.first_user})
     terminations: list[str] = []
     turns_left = config.max_turns
     used = 0
     failed: str | None = None
     try:
+        # where a simulated user opens the conversation (tau2, VitaBench) the episode supplies it
+        opener = getattr(episode, "first_user_message", None)
+        messages.append({"role": "user", "content": opener() if callable(opener) else task.first_user})
         while True:
             tools_fn = getattr(episode, "current_tools", None)
             tools = tools_fn() if callable(tools_fn) else task.tools
