@@ -28,7 +28,8 @@ def get_adapter(name: str, **kwargs: Any) -> BenchmarkAdapter:
     """Instantiate the adapter registered under ``name``.
 
     The runner passes ``config=`` (the ``benchmarks.<name>`` config section, a dict) and ``work_dir=``
-    (a scratch directory for the run); keyword arguments the adapter's constructor does not accept are
+    (a scratch directory for the run). An adapter whose constructor has no ``config`` parameter gets the
+    section's keys as keyword arguments instead. Keyword arguments the constructor does not accept are
     dropped, so an adapter may take none, some or all of them.
     """
     if name not in REGISTRY:
@@ -40,6 +41,8 @@ def get_adapter(name: str, **kwargs: Any) -> BenchmarkAdapter:
         raise ValueError(f"benchmark {name!r}: cannot import its adapter {module_name}: {exc}") from exc
     cls = getattr(module, class_name)
     params = inspect.signature(cls).parameters
+    if "config" not in params and "config" in kwargs:  # an adapter configured by keywords: spread the section
+        kwargs = {**(kwargs.pop("config") or {}), **kwargs}
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
     return cls(**kwargs)

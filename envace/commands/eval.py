@@ -299,6 +299,7 @@ def _with(services: Any, role: str, endpoint: Any) -> Any:
 
 def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser_tokenizer: Any) -> Any:
     """An episode function for :func:`envace.bench.runner.run_samples` running test-time scaling."""
+    from envace.bench.runner import BackendError
     from envace.tts import TTSConfig, run_tts
 
     mode, n, _ = setting.split("_")
@@ -314,15 +315,21 @@ def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser
             attempt_max_tokens=int(tts["attempt_max_tokens"]),
             memory_max_tokens=int(tts["memory_max_tokens"]),
         )
-        result = await run_tts(
-            task,
-            episode,
-            actor=backend,
-            actor_tokenizer=tokenizer,
-            rehearser=rehearser,
-            rehearser_tokenizer=rehearser_tokenizer,
-            config=tts_config,
-        )
+        try:
+            result = await run_tts(
+                task,
+                episode,
+                actor=backend,
+                actor_tokenizer=tokenizer,
+                rehearser=rehearser,
+                rehearser_tokenizer=rehearser_tokenizer,
+                config=tts_config,
+            )
+        except BackendError:
+            raise
+        except Exception as exc:  # e.g. the simulated user's opening failed: a failed sample, never a crash
+            reason = f"{type(exc).__name__}: {exc}"
+            return {"score": 0.0, "subscores": {}, "status": "failed", "reason": reason, "extra": {}}
         return result.fields
 
     return episode_fn

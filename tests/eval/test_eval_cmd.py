@@ -159,3 +159,22 @@ def test_gpu_split_helpers(monkeypatch):
     cfg = load_config(ROOT / "config/config.yaml")
     assert _model_size(cfg, "awm_14b") == "14B"
     assert _model_size(cfg, "envace_1p7b-step0050") == "1.7B"
+
+
+def test_tts_episode_turns_episode_errors_into_failed_samples():
+    """An exception from the episode during TTS (e.g. the simulated user's opening) fails the sample."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from envace.commands.eval import _tts_episode_fn
+    from envace.rollout import RolloutConfig
+
+    class BrokenOpening:
+        def first_user_message(self) -> str:
+            raise RuntimeError("user simulator returned nothing")
+
+    cfg = {"tts": {"attempt_max_tokens": 8, "memory_max_tokens": 8}}
+    fn = _tts_episode_fn(cfg, "parallel_n1_base", rehearser=None, rehearser_tokenizer=None)
+    task = SimpleNamespace(system=None, first_user="", tools=[])
+    fields = asyncio.run(fn(task, BrokenOpening(), None, None, RolloutConfig()))
+    assert fields["status"] == "failed" and "user simulator returned nothing" in fields["reason"]
