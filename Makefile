@@ -42,14 +42,15 @@ smoke-slurm: $(STAMP)
 
 # The real CPU pipeline on a slice of the smoke DAG: build the tiny model, prepare CM2 fixtures, train
 # all five runs (CPU trainer), evaluate with `transformers serve` (BFCL multi-turn, tau^2 with the tiny
-# model as user simulator, FinMCP), run the Table 3 TTS settings, then Tables 2-3 and Figures 3-4.
+# model as user simulator, FinMCP), run the Table 3 TTS settings, then Tables 2-3, Figures 3-4 and
+# the rehearsal-fidelity table.
 # (VitaBench needs the source-installed `vita` package, so Table 1 is not in this slice yet.)
 PIPELINE_TARGETS := results/smoke/tables/table2.md results/smoke/tables/table3.md \
-	figures/smoke/fig3_ablation.pdf figures/smoke/fig4_scaling.pdf
+	figures/smoke/fig3_ablation.pdf figures/smoke/fig4_scaling.pdf results/smoke/tables/fidelity.md
 smoke-pipeline: $(STAMP)
 	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile config/smoke.yaml \
 		-- $(PIPELINE_TARGETS)
-	@echo "[envace] pipeline outputs: results/smoke/tables/table{2,3}.md figures/smoke/fig{3,4}_*.pdf"
+	@echo "[envace] pipeline outputs: results/smoke/tables/{table2,table3,fidelity}.md figures/smoke/fig{3,4}_*.pdf"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

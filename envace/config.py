@@ -96,6 +96,11 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         flat = block.values() if fig == "fig3" else [m for sizes in block.values() for m in sizes.values()]
         for mid in flat:
             need("model", mid, models, f"report.{fig}")
+    fidelity = cfg["report"].get("fidelity", {})
+    for mid in fidelity.get("models", []):
+        need("model", mid, models, "report.fidelity.models")
+    for bench in fidelity.get("benchmarks", []):
+        need("benchmark", bench, benchmarks, "report.fidelity.benchmarks")
     for name, bench in benchmarks.items():
         splits = set(bench.get("splits", []))
         for group, spec in bench["aggregate"]["groups"].items():

@@ -375,6 +375,9 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
     """
     rows = []
     for doc in sorted(_load(paths), key=lambda d: (d["benchmark"], d["model"])):
+        if doc["summary"]["overall"] is None:  # no (call, observation) pairs in its trajectories
+            rows.append((doc["benchmark"], doc["model"], "(all)", None))
+            continue
         entries = [("(all)", doc["summary"]["overall"])]
         if per_tool:
             entries += sorted(doc["summary"]["per_tool"].items())
@@ -387,6 +390,11 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
     writer.writerow(["benchmark", "model", "tool", "pairs", "tasks"]
                     + [f"{m}_{k}" for m in METRICS for k in ("point", "ci_low", "ci_high", "micro")])
     for bench, model, tool, s in rows:
+        if s is None:
+            md.append(f"| {bench} | {model} | {tool} | 0 | 0 | " + " | ".join(["— (no pairs)"] * len(METRICS))
+                      + " |")
+            writer.writerow([bench, model, tool, 0, 0] + [""] * (4 * len(METRICS)))
+            continue
         md.append(f"| {bench} | {model} | {tool} | {s['n_pairs']} | {s['n_tasks']} | "
                   + " | ".join(_cell(s[m]) for m in METRICS) + " |")
         writer.writerow([bench, model, tool, s["n_pairs"], s["n_tasks"]]
@@ -402,8 +410,8 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
 
 
 def fidelity_figure(paths: Sequence[str | Path], out: str | Path) -> list[Path]:
-    """One panel per metric; bars per (benchmark, model) with 95% intervals. Writes ``out`` (``.pdf``)
-    and the same figure as ``.png`` beside it."""
+    """One panel per metric; bars per (benchmark, model) with 95% intervals (none where a model has no
+    pairs). Writes ``out`` (``.pdf``) and the same figure as ``.png`` beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -420,7 +428,7 @@ def fidelity_figure(paths: Sequence[str | Path], out: str | Path) -> list[Path]:
             xs, ys, lo, hi = [], [], [], []
             for b, bench in enumerate(benches):
                 for d in docs:
-                    if d["benchmark"] == bench and d["model"] == model:
+                    if d["benchmark"] == bench and d["model"] == model and d["summary"]["overall"]:
                         e = d["summary"]["overall"][metric]
                         xs.append(b + (k - (len(models) - 1) / 2) * width)
                         ys.append(100 * e["point"])

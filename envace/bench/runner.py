@@ -79,8 +79,10 @@ class _TimedBackend:
             self.stats.model_s += time.perf_counter() - t0
 
 
-def _trajectory_record(messages: list[dict[str, Any]], terminations: list[str], turns: int) -> dict[str, Any]:
-    return {"messages": messages, "terminations": terminations, "act_turns": turns}
+def _trajectory_record(
+    messages: list[dict[str, Any]], terminations: list[str], turns: int, tools: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {"messages": messages, "terminations": terminations, "act_turns": turns, "tools": tools}
 
 
 async def run_episode(
@@ -101,6 +103,7 @@ async def run_episode(
     turns_left = config.max_turns
     used = 0
     failed: str | None = None
+    tools = task.tools
     try:
         # where a simulated user opens the conversation (tau2, VitaBench) the episode supplies it
         opener = getattr(episode, "first_user_message", None)
@@ -138,7 +141,7 @@ async def run_episode(
             "subscores": {},
             "status": "failed",
             "reason": f"{type(exc).__name__}: {exc}",
-            "trajectory": _trajectory_record(messages, terminations, used),
+            "trajectory": _trajectory_record(messages, terminations, used, tools),
             "extra": {},
         }
     value = float(score.score)
@@ -148,7 +151,7 @@ async def run_episode(
             "subscores": {},
             "status": "failed",
             "reason": f"score out of range: {value}",
-            "trajectory": _trajectory_record(messages, terminations, used),
+            "trajectory": _trajectory_record(messages, terminations, used, tools),
             "extra": {},
         }
     return {
@@ -156,7 +159,7 @@ async def run_episode(
         "subscores": {k: float(v) for k, v in score.subscores.items()},
         "status": "failed" if failed else "ok",
         "reason": failed,
-        "trajectory": _trajectory_record(messages, terminations, used),
+        "trajectory": _trajectory_record(messages, terminations, used, tools),
         "extra": {**score.extra, **({"score_if_not_failed": value} if failed else {})},
     }
 

@@ -44,11 +44,16 @@ from envace.results import read_results
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fidelity", help="rehearsal fidelity of a model on recorded real trajectories")
     p.add_argument("--results", nargs="+", required=True, help="per-sample JSONL files of one benchmark")
-    p.add_argument("--model-path", required=True, help="local HF model directory (the rehearsing model)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-path", help="local HF model directory (the rehearsing model)")
+    src.add_argument("--checkpoint-dir", help="training checkpoints of a trained model (last step)")
     p.add_argument("--label", required=True, help="model id to record (e.g. envace_8b, qwen3_8b)")
     p.add_argument("--out", required=True, help="JSON output (written atomically)")
-    p.add_argument("--config", help="config: report.bootstrap settings, and the benchmark adapter for task "
-                   "tools when trajectories do not record them")
+    p.add_argument(
+        "--config",
+        help="config: report.bootstrap settings, and the benchmark adapter for task "
+        "tools when trajectories do not record them",
+    )
     p.add_argument("--max-pairs", type=int, help="score only the first N pairs (smoke runs)")
     p.add_argument("--max-tokens", type=int, default=2048, help="REHEARSE reply limit (rollout default)")
     p.add_argument("--max-context-tokens", type=int, default=20480, help="rehearsal prompt + reply limit")
@@ -82,20 +87,31 @@ def _collect(
 ) -> tuple[list[CallPair], list[list[dict]], dict[str, Any]]:
     pairs: list[CallPair] = []
     tools: list[list[dict]] = []
-    info: dict[str, Any] = {"sources": [], "benchmark": None, "trajectory_models": [],
-                            "skipped": {"no_observation": 0, "no_call": 0, "bad_arguments": 0,
-                                        "failed_without_trajectory": 0}}
+    info: dict[str, Any] = {
+        "sources": [],
+        "benchmark": None,
+        "trajectory_models": [],
+        "skipped": {"no_observation": 0, "no_call": 0, "bad_arguments": 0, "failed_without_trajectory": 0},
+    }
     task_tools: dict[str, list[dict]] | None = None
     for path in paths:
         res = read_results(path)
         bench = res.manifest["benchmark"]
         if info["benchmark"] not in (None, bench):
-            raise ValueError(f"{path}: benchmark {bench!r} differs from {info['benchmark']!r}; "
-                             "run `envace fidelity` once per benchmark")
+            raise ValueError(
+                f"{path}: benchmark {bench!r} differs from {info['benchmark']!r}; "
+                "run `envace fidelity` once per benchmark"
+            )
         info["benchmark"] = bench
         manifest = res.manifest
-        info["sources"].append({"path": str(path), "model": manifest["model"], "seed": manifest["seed"],
-                                "config_hash": manifest["config_hash"]})
+        info["sources"].append(
+            {
+                "path": str(path),
+                "model": manifest["model"],
+                "seed": manifest["seed"],
+                "config_hash": manifest["config_hash"],
+            }
+        )
         if res.manifest["model"] not in info["trajectory_models"]:
             info["trajectory_models"].append(res.manifest["model"])
         for n, line in enumerate(res.lines, start=1):
@@ -109,8 +125,10 @@ def _collect(
                     task_tools = _adapter_tools(cfg, bench, work_dir)
                 tools_for_line = task_tools.get(str(line["task_id"]))
                 if tools_for_line is None:
-                    raise ValueError(f"{path}: line {n}: task {line['task_id']!r} is not among the {bench} "
-                                     "tasks of the config's splits")
+                    raise ValueError(
+                        f"{path}: line {n}: task {line['task_id']!r} is not among the {bench} "
+                        "tasks of the config's splits"
+                    )
             line_pairs, line_tools, skipped = pairs_from_line(line, f"{path}: line {n}", tools_for_line)
             for key, count in skipped.items():
                 info["skipped"][key] += count
@@ -118,8 +136,6 @@ def _collect(
             tools += [line_tools] * len(line_pairs)
     if max_pairs is not None:
         pairs, tools = pairs[:max_pairs], tools[:max_pairs]
-    if not pairs:
-        raise ValueError("the result files hold no (call, observation) pairs")
     return pairs, tools, info
 
 
@@ -144,29 +160,67 @@ def run(args: argparse.Namespace) -> int:
         bootstrap = dict(cfg["report"]["bootstrap"])
     out = Path(args.out)
     pairs, tools, info = _collect(args.results, args.max_pairs, cfg, out.parent / f".{out.stem}.work")
+    if not pairs:  # e.g. a model that never made a valid call: reported as a row with no pairs
+        _write_doc(
+            out,
+            {
+                "model": args.label,
+                **info,
+                "bootstrap": bootstrap,
+                "summary": {"overall": None, "per_tool": {}},
+                "pairs": [],
+            },
+        )
+        print(
+            f"envace fidelity: {args.label} on {info['benchmark']}: the result files hold no "
+            f"(call, observation) pairs -> {out}"
+        )
+        return 0
+    if args.checkpoint_dir:
+        from envace.commands.eval import resolve_checkpoint
+
+        args.model_path = str(resolve_checkpoint(args.checkpoint_dir, None))
     backend, tokenizer = _backend(args.model_path, args.seed)
     sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
     template_kwargs = {"enable_thinking": False} if args.no_thinking else {}
-    predictions = asyncio.run(predict_observations(
-        pairs, tools, backend, tokenizer, sampling=sampling, template_kwargs=template_kwargs,
-        max_context_tokens=args.max_context_tokens))
+    predictions = asyncio.run(
+        predict_observations(
+            pairs,
+            tools,
+            backend,
+            tokenizer,
+            sampling=sampling,
+            template_kwargs=template_kwargs,
+            max_context_tokens=args.max_context_tokens,
+        )
+    )
     scores = [score_pair(p, pred) for p, pred in zip(pairs, predictions, strict=True)]
     doc = {
-        "model": args.label, "model_path": args.model_path, **info,
-        "prompt": "rehearsal_v1", "sampling": sampling, "template_kwargs": template_kwargs,
+        "model": args.label,
+        "model_path": args.model_path,
+        **info,
+        "prompt": "rehearsal_v1",
+        "sampling": sampling,
+        "template_kwargs": template_kwargs,
         "bootstrap": bootstrap,
         "summary": aggregate(scores, **bootstrap),
         "pairs": [pair_record(p, pred, s) for p, pred, s in zip(pairs, predictions, scores, strict=True)],
     }
+    _write_doc(out, doc)
+    overall = doc["summary"]["overall"]
+    print(
+        f"envace fidelity: {args.label} on {info['benchmark']}: {overall['n_pairs']} pairs, "
+        + ", ".join(f"{m} {overall[m]['point']:.3f}" for m in ("agree", "exact", "field_f1"))
+        + f" -> {out}"
+    )
+    return 0
+
+
+def _write_doc(out: Path, doc: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(out)
-    overall = doc["summary"]["overall"]
-    print(f"envace fidelity: {args.label} on {info['benchmark']}: {overall['n_pairs']} pairs, "
-          + ", ".join(f"{m} {overall[m]['point']:.3f}" for m in ("agree", "exact", "field_f1"))
-          + f" -> {out}")
-    return 0
 
 
 def run_report(args: argparse.Namespace) -> int:

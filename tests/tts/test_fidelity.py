@@ -225,3 +225,22 @@ def test_fidelity_command_takes_tools_from_the_adapter(tmp_path, repo_root, monk
     doc = json.loads(out.read_text())
     assert doc["summary"]["overall"]["n_pairs"] == 4 and doc["summary"]["overall"]["n_tasks"] == 1
     assert doc["bootstrap"]["resamples"] == 1000  # report.bootstrap of the smoke config
+
+
+def test_fidelity_with_no_pairs_is_a_row_not_an_error(tmp_path):
+    """A model whose trajectories hold no tool call (e.g. untrained) gets a 'no pairs' row."""
+    base = {"benchmark": "bfcl_multi_turn", "split": "base", "seed": 0, "score": 0.0, "subscores": {},
+            "status": "ok", "reason": None}
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    results = _write(tmp_path / "seed0.jsonl", [{**base, "task_id": "t1", "sample": 0,
+                                                "trajectory": {"messages": chat, "tools": [WEATHER_TOOL]}}])
+    out = tmp_path / "none.json"
+    assert main(["fidelity", "--results", str(results), "--model-path", str(tmp_path / "absent"),
+                 "--label", "tiny", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["overall"] is None and doc["pairs"] == []
+    table, csv_path, fig = tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "f.pdf"
+    assert main(["fidelity-report", "--inputs", str(out), "--table", str(table), "--csv", str(csv_path),
+                 "--figure", str(fig)]) == 0
+    assert "| bfcl_multi_turn | tiny | (all) | 0 | 0 | — (no pairs)" in table.read_text()
+    assert fig.stat().st_size > 0

@@ -217,10 +217,34 @@ FIGURE_NAMES = {
 TABLES = ["table1", "table2", "table3"]
 
 
+FIDELITY = CFG["report"].get("fidelity")
+
+
+def fidelity_outputs():
+    """Rehearsal-fidelity table and figure; only over results this DAG produces (shipped synthetic
+    results carry no trajectories)."""
+    if not FIDELITY or REPORT_SOURCE != RESULTS:
+        return []
+    return [f"{RESULTS}/tables/fidelity.md", f"{FIGURES}/fidelity.pdf"]
+
+
+def fidelity_inputs():
+    return [
+        f"{RESULTS}/fidelity/{m}/{b}.json"
+        for m in FIDELITY["models"]
+        for b in FIDELITY["benchmarks"]
+    ]
+
+
+def fidelity_args():
+    return f"--max-pairs {FIDELITY['max_pairs']}" if FIDELITY.get("max_pairs") else ""
+
+
 def all_report_outputs():
     outs = [f"{RESULTS}/tables/{t}.md" for t in TABLES]
     outs += [f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()]
     outs += [f"{RESULTS}/paper_diff.md"]
+    outs += fidelity_outputs()
     outs += [f"{RESULTS}/summary/{m}/{b}.json" for m, b in eval_pairs()]
     return outs
 

@@ -83,3 +83,39 @@ rule paper_diff:
     shell:
         "envace diff --config {params.config} --results-dir {params.source} "
         "--out-md {output.md} --out-json {output.json} > {log} 2>&1"
+
+
+rule fidelity:
+    """Rehearsal fidelity of one model on its own real trajectories of one benchmark (our extension)."""
+    input:
+        lambda wc: eval_files(wc.model, wc.benchmark, root=RESULTS),
+    output:
+        f"{RESULTS}/fidelity/{{model}}/{{benchmark}}.json",
+    log:
+        f"{RESULTS}/logs/fidelity/{{model}}/{{benchmark}}.log",
+    conda:
+        CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
+        model=lambda wc: model_path_arg(wc.model),
+        extra=fidelity_args(),
+    shell:
+        "envace fidelity --config {params.config} --results {input} {params.model} "
+        "--label {wildcards.model} {params.extra} --out {output} > {log} 2>&1"
+
+
+rule fidelity_report:
+    """Fidelity table and figure with bootstrap intervals, per model, benchmark and tool."""
+    input:
+        fidelity_inputs(),
+    output:
+        md=f"{RESULTS}/tables/fidelity.md",
+        csv=f"{RESULTS}/tables/fidelity.csv",
+        pdf=f"{FIGURES}/fidelity.pdf",
+    log:
+        f"{RESULTS}/logs/fidelity/report.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "envace fidelity-report --inputs {input} --table {output.md} --csv {output.csv} "
+        "--figure {output.pdf} > {log} 2>&1"
