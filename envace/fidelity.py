@@ -374,7 +374,8 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
     the three metrics. Written through a temporary file and renamed.
     """
     rows = []
-    for doc in sorted(_load(paths), key=lambda d: (d["benchmark"], d["model"])):
+    docs = _load(paths)
+    for doc in sorted(docs, key=lambda d: (d["benchmark"], d["model"])):
         if doc["summary"]["overall"] is None:  # no (call, observation) pairs in its trajectories
             rows.append((doc["benchmark"], doc["model"], "(all)", None))
             continue
@@ -404,6 +405,8 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
     outs = [Path(out_md), Path(out_csv)]
     for out in outs:
         out.parent.mkdir(parents=True, exist_ok=True)
+    if any(d.get("scale") == "smoke" for d in docs):
+        md.insert(0, "_SMOKE scale: a tiny model on a few tasks, not a reproduction_\n")
     _write_text(outs[0], "\n".join(md) + "\n" + note)
     _write_text(outs[1], buf.getvalue())
     return outs

@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap = dict(cfg["report"]["bootstrap"])
     out = Path(args.out)
     pairs, tools, info = _collect(args.results, args.max_pairs, cfg, out.parent / f".{out.stem}.work")
+    info["scale"] = cfg["scale"] if cfg else None
     if not pairs:  # e.g. a model that never made a valid call: reported as a row with no pairs
         _write_doc(
             out,
