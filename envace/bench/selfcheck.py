@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from envace.bench.base import Services
 from envace.bench.bfcl import MULTI_TURN_SPLITS, BfclMultiTurnAdapter
@@ -20,7 +21,7 @@ from envace.bench.runner import run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.rollout import Mode, RolloutConfig
 
-__all__ = ["selfcheck_bfcl_multi_turn", "REPLAY_CONFIG"]
+__all__ = ["selfcheck_bfcl_multi_turn", "replay_gold", "REPLAY_CONFIG"]
 
 #: roomy limits: the replay must never be cut by a budget (char-level tokens).
 REPLAY_CONFIG = RolloutConfig(mode=Mode.REAL, max_turns=1000, max_prompt_tokens=10**9,
@@ -32,10 +33,19 @@ def selfcheck_bfcl_multi_turn(splits: list[str] | None = None, limit: int | None
     """Replay ground truth; returns ``(passed, total, failed result lines)``."""
     adapter = BfclMultiTurnAdapter()
     tasks = adapter.load_tasks(list(splits or MULTI_TURN_SPLITS), limit)
-    tokenizer = CharTokenizer()
     scripts = {t.task_id: script_for_calls(adapter.gold_turns(t)) for t in tasks}
+    return replay_gold(adapter, tasks, scripts, "bfcl_multi_turn", out_dir)
+
+
+def replay_gold(adapter: Any, tasks: list[Any], scripts: dict[str, Any], name: str,
+                out_dir: str | Path | None = None) -> tuple[int, int, list[dict]]:
+    """Run each task's scripted gold agent (``scripts[task_id]``) through the full runner; a sample
+    passes with status ok and score 1.0. Returns ``(passed, total, failed result lines)``."""
+    from envace.results import read_results
+
+    tokenizer = CharTokenizer()
     with tempfile.TemporaryDirectory(prefix="envace-selfcheck-") as tmp:
-        out = Path(out_dir or tmp) / "bfcl_multi_turn_selfcheck.jsonl"
+        out = Path(out_dir or tmp) / f"{name}_selfcheck.jsonl"
         path, _ = asyncio.run(run_samples(
             adapter=adapter, tasks=tasks, samples=1, seed=0, services=Services(),
             backend_for=lambda task, sample: ScriptedBackend(scripts[task.task_id], tokenizer),
@@ -44,8 +54,6 @@ def selfcheck_bfcl_multi_turn(splits: list[str] | None = None, limit: int | None
                       "git_commit": "", "package_versions": adapter.versions()},
             progress=False, keep_trajectory=False,
         ))
-        from envace.results import read_results
-
         lines = read_results(path).lines
     failed = [line for line in lines if line["status"] != "ok" or line["score"] != 1.0]
     return len(lines) - len(failed), len(lines), failed

@@ -760,13 +760,7 @@ def selfcheck_tau2(limit: int | None = None, domains: Sequence[str] = DOMAINS,
     driver, rollout loop (``Mode.REAL``), tool-call parser and scorer as an evaluation — and its gold
     user actions come from a scripted user model. Returns ``(passed, total, failed result lines)``.
     """
-    import asyncio
-    import tempfile
-
-    from envace.bench.runner import run_samples
-    from envace.bench.scripted import CharTokenizer, ScriptedBackend
-    from envace.bench.selfcheck import REPLAY_CONFIG
-    from envace.results import read_results
+    from envace.bench.selfcheck import replay_gold
 
     adapter = _GoldAdapter()
     tasks = adapter.load_tasks(list(domains), limit)
@@ -774,20 +768,7 @@ def selfcheck_tau2(limit: int | None = None, domains: Sequence[str] = DOMAINS,
     for task in tasks:
         segments, _, final = _gold_script(adapter._lookup(task)[1])
         scripts[task.task_id] = gold_agent_script(segments, final)
-    tokenizer = CharTokenizer()
-    with tempfile.TemporaryDirectory(prefix="envace-selfcheck-") as tmp:
-        out = Path(out_dir or tmp) / "tau2_selfcheck.jsonl"
-        path, _ = asyncio.run(run_samples(
-            adapter=adapter, tasks=tasks, samples=1, seed=0, services=Services(),
-            backend_for=lambda task, sample: ScriptedBackend(scripts[task.task_id], tokenizer),
-            tokenizer=tokenizer, config=REPLAY_CONFIG, out=out,
-            manifest={"model": "gold", "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
-                      "package_versions": adapter.versions()},
-            progress=False, keep_trajectory=False,
-        ))
-        lines = read_results(path).lines
-    failed = [line for line in lines if line["status"] != "ok" or line["score"] != 1.0]
-    return len(lines) - len(failed), len(lines), failed
+    return replay_gold(adapter, tasks, scripts, "tau2", out_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
