@@ -6,6 +6,9 @@ turns a request "this linear combination of methods over these benchmarks" into 
 written in every output header: scale, config hash, report commit, the commits and package versions
 recorded in the manifests actually used, seeds, and the bootstrap settings.
 
+It also caches the context-length summaries of TTS runs (:meth:`ReportContext.tts_context`, Figure 6)
+and writes outputs atomically (:func:`write_output`).
+
 A missing or partial evaluation makes the cell MISSING; corrupt or stale results raise
 :class:`~envace.results.ResultsError`, which the subcommands report as an error (exit status 2).
 """
@@ -13,6 +16,8 @@ A missing or partial evaluation makes the cell MISSING; corrupt or stale results
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +26,8 @@ from typing import Any
 from envace.config import checkpoint_model_id, config_hash, load_config
 from envace.report.evaluations import Evaluation, load_evaluation
 from envace.report.paper import load_paper
+from envace.report.tts_context import ContextStats
+from envace.report.tts_context import load as load_tts_context
 from envace.results import IncompleteResultsError, ResultsError, current_git_commit
 from envace.stats import Interval, bootstrap_linear
 
@@ -67,6 +74,7 @@ class ReportContext:
         self.seed = int(boot["seed"])
         self.confidence = float(boot["confidence"])
         self._evaluations: dict[tuple[str, str, str, str | None], Evaluation | IncompleteResultsError] = {}
+        self._tts_context: dict[tuple[str, str], ContextStats] = {}
 
     def evaluation(self, kind: str, name: str, benchmark: str, metric: str | None = None) -> Evaluation:
         """The loaded evaluation (cached); raises IncompleteResultsError if missing or partial."""
@@ -82,6 +90,13 @@ class ReportContext:
         if isinstance(found, IncompleteResultsError):
             raise found
         return found
+
+    def tts_context(self, setting: str, benchmark: str) -> ContextStats:
+        """Context-length summary of one TTS run (cached; :func:`envace.report.tts_context.load`)."""
+        key = (setting, benchmark)
+        if key not in self._tts_context:
+            self._tts_context[key] = load_tts_context(self.cfg, self.results_dir, setting, benchmark)
+        return self._tts_context[key]
 
     def cell(
         self,
@@ -206,8 +221,17 @@ def context_from_args(args: argparse.Namespace) -> ReportContext:
 
 
 def write_output(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path``, creating parent directories."""
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``), creating
+    parent directories: a crash leaves the old file or none, never a partial one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are read by others
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path

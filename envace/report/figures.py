@@ -4,7 +4,13 @@
 * fig4 — scaling 1.7B -> 8B, EnvACE vs GRPO, one panel per benchmark (BFCL-v4, tau2).
 * fig5 — checkpoint score vs training step.
 * fig6 — TTS Overall vs number of rehearsals N (no TTS at N = 0), one panel per mode, one line per
-  rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points.
+  rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points. On a
+  secondary (right) axis, shared by the panels, dashed lines in the rehearser's colour give the mean
+  final-execution context in tokens (mean over ``tts.benchmarks`` of each benchmark's mean, see
+  :mod:`envace.report.tts_context`) at each N >= 1, the paper's explanation of its N = 3 drop; a panel
+  without any context record says so, and the axis label says SYNTHETIC when records are marked so.
+  The same command writes ``<out stem>_context.csv`` beside the PDF (every TTS setting x benchmark and
+  Overall: mean / max final context and memory tokens, counts, why MISSING), atomically.
 
 Our values are drawn with their bootstrap intervals as error bars; the paper's known values as red
 crosses; a missing point is labelled MISSING. At smoke scale the title says SMOKE and a watermark crosses
@@ -26,11 +32,20 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from envace.report import points  # noqa: E402
-from envace.report.context import Cell, ReportContext, add_common_args, context_from_args  # noqa: E402
+from envace.report import points, tts_context  # noqa: E402
+from envace.report.context import (  # noqa: E402
+    Cell,
+    ReportContext,
+    add_common_args,
+    context_from_args,
+    write_output,
+)
+from envace.report.tts_context import OVERALL  # noqa: E402
 from envace.results import ResultsError  # noqa: E402
 
 PAPER_STYLE = {"marker": "X", "color": "crimson", "s": 70, "zorder": 5, "label": "paper"}
+CONTEXT_STYLE = {"linestyle": "--", "marker": "s", "markersize": 4, "linewidth": 1.2, "alpha": 0.8}
+CONTEXT_LABEL = "mean final context"
 
 
 def _errorbar(ax: Axes, xs: Sequence[float], cells: Sequence[Cell], label: str, **kw: Any) -> None:
@@ -101,25 +116,59 @@ def fig5(ctx: ReportContext, fig: Figure) -> None:
 
 def fig6(ctx: ReportContext, fig: Figure) -> None:
     no_tts, curves = points.figure6(ctx)
+    context = points.figure6_context(ctx)
     tts = ctx.cfg["tts"]
     paper = ctx.paper["table3"]["rows"]
     t3 = {setting: row for row, setting in tts["table3"].items()}
     axes = fig.subplots(1, len(tts["modes"]), sharey=True, squeeze=False)[0]
+    twins: list[Axes] = []
+    top = 0.0
+    synthetic = 0
     for ax, mode in zip(axes, tts["modes"], strict=True):
         first = True
-        for reh in tts["rehearsers"]:
+        twin = ax.twinx()
+        twins.append(twin)
+        drawn = False
+        for i, reh in enumerate(tts["rehearsers"]):
+            color = f"C{i}"
             cells = curves[(mode, reh)]
             ns = [0, *cells]
-            _errorbar(ax, ns, [no_tts, *cells.values()], f"{reh} rehearser", fmt="-o")
+            _errorbar(ax, ns, [no_tts, *cells.values()], f"{reh} rehearser", fmt="-o", color=color)
             settings = ["no_tts", *(f"{mode}_n{n}_{reh}" for n in cells)]
             _paper(ax, ns, [paper.get(t3.get(s, ""), {}).get("overall") for s in settings], first=first)
             first = False
+            stats = [(n, context[f"{mode}_n{n}_{reh}"][OVERALL]) for n in cells]
+            synthetic += sum(s.synthetic for _, s in stats)
+            have = [(n, s.final_context_mean) for n, s in stats if s.ok and s.final_context_mean is not None]
+            if have:
+                label = f"{reh}: {CONTEXT_LABEL}"
+                twin.plot(*zip(*have, strict=True), color=color, label=label, **CONTEXT_STYLE)
+                top = max(top, *(v for _, v in have))
+                drawn = True
+        if not drawn:
+            ax.text(0.5, 0.02, "context length: no TTS records", transform=ax.transAxes, ha="center",
+                    va="bottom", fontsize=7, color="grey")
         ax.set_xticks([0, *tts["n"]])
         ax.set_title(mode)
         ax.set_xlabel("rehearsals N (0 = no TTS)")
         ax.set_ylabel("TTS Overall (%)")
-        ax.legend()
+        handles, labels = ax.get_legend_handles_labels()
+        twin_handles, twin_labels = twin.get_legend_handles_labels()
+        twin.legend(handles + twin_handles, labels + twin_labels, fontsize=7)
+    for twin in twins:
+        twin.set_ylim(0, top * 1.15 if top else 1.0)
+    for twin in twins[:-1]:
+        twin.tick_params(labelright=False)
+    note = "; SYNTHETIC" if synthetic else ""
+    twins[-1].set_ylabel(f"{CONTEXT_LABEL}, tokens (dashed{note})", fontsize=8)
     fig.suptitle("Test-time scaling vs N (Figure 6)")
+
+
+def fig6_context_csv(ctx: ReportContext, out: Path) -> Path:
+    """Figure 6's context lengths, every TTS setting x (benchmarks, Overall), beside the figure."""
+    rows = [stats for per_bench in points.figure6_context(ctx).values() for stats in per_bench.values()]
+    header = ctx.header_line().removesuffix(" | values in %") + " | values in tokens"
+    return write_output(tts_context.csv_path(out), tts_context.csv_text(rows, header))
 
 
 FIGURES: dict[str, Callable[[ReportContext, Figure], None]] = {
@@ -128,10 +177,12 @@ FIGURES: dict[str, Callable[[ReportContext, Figure], None]] = {
     "fig5": fig5,
     "fig6": fig6,
 }
+SIDECARS: dict[str, Callable[[ReportContext, Path], Path]] = {"fig6": fig6_context_csv}
 
 
 def render(ctx: ReportContext, name: str, out: str | Path) -> list[Path]:
-    """Draw figure ``name`` and save it to ``out`` (PDF) and the PNG beside it."""
+    """Draw figure ``name`` and save it to ``out`` (PDF) and the PNG beside it, plus its data file if
+    it has one (:data:`SIDECARS`: fig6 -> ``<stem>_context.csv``); returns the paths written."""
     fig = plt.figure(figsize=(9, 4.5), layout="constrained")
     try:
         FIGURES[name](ctx, fig)
@@ -158,7 +209,10 @@ def render(ctx: ReportContext, name: str, out: str | Path) -> list[Path]:
         fig.savefig(png, dpi=150)
     finally:
         plt.close(fig)
-    return [out, png]
+    paths = [out, png]
+    if name in SIDECARS:
+        paths.append(SIDECARS[name](ctx, out))
+    return paths
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -179,5 +233,5 @@ def run(args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"envace figures: {exc}", file=sys.stderr)
         return 2
-    print(f"figures: wrote {paths[0]} and {paths[1]} ({args.figure}, {ctx.cfg['scale'].upper()} scale)")
+    print(f"figures: wrote {', '.join(map(str, paths))} ({args.figure}, {ctx.cfg['scale'].upper()} scale)")
     return 0

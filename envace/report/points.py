@@ -5,12 +5,15 @@
 * Figure 5: score on ``evaluation.checkpoints.benchmark`` at every checkpoint step
   (:meth:`ReportContext.checkpoint_model`).
 * Figure 6: Overall (mean of ``tts.benchmarks``) of every TTS setting ``{mode}_n{N}_{rehearser}`` and of
-  ``no_tts`` (drawn at N = 0).
+  ``no_tts`` (drawn at N = 0); beside it the context length of every TTS setting
+  (:func:`figure6_context`: mean final-execution context and rehearsal memory tokens, per benchmark and
+  Overall, from :mod:`envace.report.tts_context`; ``no_tts`` records none and is not summarized).
 """
 
 from __future__ import annotations
 
 from envace.report.context import Cell, ReportContext
+from envace.report.tts_context import OVERALL, ContextStats, overall
 
 FIG3_BENCHMARK = "tau2"
 FIG4_BENCHMARKS = ("bfcl_v4", "tau2")
@@ -47,3 +50,17 @@ def figure6(ctx: ReportContext) -> tuple[Cell, dict[tuple[str, str], dict[int, C
         for reh in tts["rehearsers"]
     }
     return ctx.mean("tts", "no_tts", benches), curves
+
+
+def figure6_context(ctx: ReportContext) -> dict[str, dict[str, ContextStats]]:
+    """TTS setting ``{mode}_n{N}_{rehearser}`` -> benchmark (each of ``tts.benchmarks``, then
+    ``"overall"``) -> context-length summary, in the config's order (the rows of the figure's CSV)."""
+    tts = ctx.cfg["tts"]
+    out: dict[str, dict[str, ContextStats]] = {}
+    for mode in tts["modes"]:
+        for reh in tts["rehearsers"]:
+            for n in tts["n"]:
+                setting = f"{mode}_n{n}_{reh}"
+                per_bench = {b: ctx.tts_context(setting, b) for b in tts["benchmarks"]}
+                out[setting] = {**per_bench, OVERALL: overall(setting, list(per_bench.values()))}
+    return out

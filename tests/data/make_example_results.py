@@ -13,6 +13,12 @@ With ``--smoke`` it instead writes a *complete* set (no deliberate gaps, every c
 on until the smoke DAG trains and evaluates for real. Models without a listed skill get one derived
 from their name. Re-run it after editing ``config/smoke.yaml`` (the manifests carry its hashes).
 
+Every line of a TTS setting other than ``no_tts`` carries ``extra["tts"]``: a record shaped like
+``envace.tts.TTSRecord.as_dict()`` whose token counts are **synthetic** (``"synthetic": true``, prompt
+version ``synthetic-example``; no model ran): attempts and memory grow with N, sequential attempts see
+the earlier ones, and the commit's context is its prompt (task + memory) plus 2-4 turns. They come from
+a second generator seeded from the path, so the scores are the same draws as without them.
+
 Run from the repository root: ``python tests/data/make_example_results.py [--smoke]``.
 """
 
@@ -55,6 +61,8 @@ SKILL = {
 TTS_SKILL = {"parallel": {"envace": 0.50, "base": 0.45}, "sequential": {"envace": 0.48, "base": 0.40}}
 TTS_N = {1: 0.0, 2: 0.1, 3: 0.0}
 STAMP = "2026-01-01T00:00:00+00:00"
+TASK_TOKENS = {"tau2": 1200, "bfcl_multi_turn": 900}  # synthetic commit prompt without memory
+SYNTHETIC_NOTE = "synthetic example record: token counts are made up, no model ran"
 
 
 def _skill(name: str) -> float:
@@ -67,8 +75,74 @@ def _skill(name: str) -> float:
     return 0.15 + 0.4 * (zlib.crc32(name.encode()) % 100) / 100
 
 
+def _tts_setting(name: str) -> tuple[str, int] | None:
+    """``(mode, N)`` of a TTS setting id such as ``parallel_n2_envace``; ``None`` otherwise."""
+    parts = name.split("_")
+    if len(parts) == 3 and parts[0] in TTS_SKILL and parts[1][:1] == "n" and parts[1][1:].isdigit():
+        return parts[0], int(parts[1][1:])
+    return None
+
+
+def _tts_record(rng: np.random.Generator, mode: str, n: int, bench: str, memory_cap: int) -> dict[str, Any]:
+    """A synthetic ``TTSRecord.as_dict()`` (see the module docstring)."""
+    task = TASK_TOKENS.get(bench, 1000) + int(rng.integers(-100, 101))
+    attempts = []
+    seen = 0  # tokens of earlier attempts a sequential attempt is shown
+    for i in range(n):
+        prompt = task + (seen if mode == "sequential" else 0)
+        grown = int(rng.integers(200, 401))
+        seen += grown // 2
+        attempts.append(
+            {
+                "index": i,
+                "termination": "final_answer",
+                "num_turns": int(rng.integers(2, 5)),
+                "prompt_tokens": prompt,
+                "context_tokens": prompt + grown,
+                "rehearse_context_tokens": prompt + grown // 2,
+                "generated_tokens": grown,
+                "final_answer": "(synthetic)",
+                "transcript": "(synthetic)",
+                "transcript_truncated": False,
+                "evaluation": {"success": bool(rng.random() < 0.5), "feedback": "(synthetic)",
+                               "fallback": False, "reason": None},
+                "eval_prompt_tokens": prompt + grown,
+            }
+        )
+    per_attempt = 1.3 if mode == "sequential" else 1.0
+    memory = min(memory_cap, int(sum(rng.integers(40, 81) for _ in range(n)) * per_attempt))
+    commit, context = [], task + memory
+    for _ in range(int(rng.integers(2, 5))):
+        context += int(rng.integers(80, 201))
+        commit.append(context)
+        context += int(rng.integers(20, 61))  # the observation before the next turn
+    return {
+        "synthetic": True,
+        "note": SYNTHETIC_NOTE,
+        "mode": mode,
+        "n": n,
+        "prompt_version": "synthetic-example",
+        "attempts": attempts,
+        "summary_text": None,
+        "summary_prompt_tokens": sum(a["context_tokens"] for a in attempts),
+        "summary_fallback": False,
+        "summary_fallback_reason": None,
+        "memory": "(synthetic)",
+        "memory_tokens": memory,
+        "memory_truncated": memory == memory_cap,
+        "memory_placement": "system_suffix",
+        "commit_context_tokens": commit,
+        "commit_prompt_tokens": task + memory,
+        "commit_final_context_tokens": commit[-1],
+        "fallbacks": {"evaluation": 0, "summary": 0},
+        "attempt_context_tokens": [a["context_tokens"] for a in attempts],
+    }
+
+
 def _lines(cfg: dict[str, Any], name: str, bench: str, seed: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(zlib.crc32(f"{name}/{bench}/{seed}".encode()))
+    tts = _tts_setting(name)
+    tts_rng = np.random.default_rng(zlib.crc32(f"tts-context/{name}/{bench}/{seed}".encode()))
     skill = _skill(name)
     rows = []
     for split in cfg["benchmarks"][bench]["splits"]:
@@ -100,6 +174,9 @@ def _lines(cfg: dict[str, Any], name: str, bench: str, seed: int) -> list[dict[s
                         "reason": "timeout" if failed else None,
                     }
                 )
+                if tts is not None:
+                    record = _tts_record(tts_rng, *tts, bench, int(cfg["tts"]["memory_max_tokens"]))
+                    rows[-1]["extra"] = {"tts": record}
     return rows
 
 
