@@ -1,6 +1,7 @@
-"""BFCL-v4 (pinned ``bfcl-eval==2026.3.23``): multi-turn categories over its executable classes.
+"""BFCL-v4 (pinned ``bfcl-eval==2026.3.23``): multi-turn categories over its executable classes; the
+single-turn (AST) categories through :mod:`envace.bench.bfcl_ast`.
 
-Implemented:
+Implemented (multi-turn):
 - Data: the pinned package's own files (``bfcl_eval/data/BFCL_v4_<category>.json``, the
   ``possible_answer`` ground truth and ``multi_turn_func_doc`` function docs). Tools are the involved
   classes' docs converted to OpenAI tool schemas (BFCL's types ``dict``/``float``/``tuple``/``any`` ->
@@ -23,11 +24,15 @@ Implemented:
   ("force_terminated"), as in bfcl-eval's runner. Score 1 = valid, else 0; the error type goes to
   ``extra``. Simplification: the checks run incrementally on the live instances instead of re-executing
   the decoded calls afterwards; for these deterministic classes that is the same computation.
-- Unsupported here: the single-turn AST categories (non-live, live, irrelevance) need bfcl-eval's
-  ``tree-sitter`` dependencies, which are not installable beside verl (numpy pin, see DESIGN.md), and the
-  agentic categories (web_search needs network, memory needs an embedding model): ``load_tasks`` raises a
-  clear error naming them. The Overall weighting of the pinned version (10/10/10/30/40) is recorded by
-  :meth:`BfclV4Adapter.versions` and lives in config ``benchmarks.bfcl_v4.aggregate``.
+- Single-turn categories (non-live, live, irrelevance; :data:`AST_SPLITS`): :class:`BfclV4Adapter`
+  loads, runs and scores them with :mod:`envace.bench.bfcl_ast` (one assistant turn, calls recorded, not
+  executed; bfcl-eval's own AST checker and relevance rule). They need neither tree-sitter (only for
+  prompt-mode Java/JavaScript text) nor bfcl-eval's provider SDKs (see that module).
+  :class:`BfclMultiTurnAdapter` (benchmark ``bfcl_multi_turn``) refuses them and names ``bfcl_v4``.
+- Unsupported: the agentic categories (web_search needs network, memory needs an embedding model):
+  ``load_tasks`` raises a clear error naming them. The Overall weighting of the pinned version
+  (10/10/10/30/40) is recorded by :meth:`BfclV4Adapter.versions` and lives in config
+  ``benchmarks.bfcl_v4.aggregate``.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from typing import Any
 from envace.bench.base import Score, Services, Task
 from envace.tools import ToolCall
 
-__all__ = ["BfclMultiTurnAdapter", "BfclV4Adapter", "MULTI_TURN_SPLITS", "to_openai_tool", "parse_gold_call"]
+__all__ = ["AST_SPLITS", "BfclMultiTurnAdapter", "BfclV4Adapter", "MULTI_TURN_SPLITS", "to_openai_tool",
+           "parse_gold_call"]
 
 MULTI_TURN_SPLITS = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                      "multi_turn_long_context")
@@ -257,7 +263,7 @@ class BfclMultiTurnAdapter:
             if split in self.supported:
                 continue
             if split in AST_SPLITS:
-                why = "its AST checker needs bfcl-eval's tree-sitter dependencies, not installed beside verl"
+                why = "it is a single-turn (AST) category: run it with benchmark bfcl_v4"
             elif split in AGENTIC_SPLITS:
                 why = "agentic categories need network access (web search) or an embedding model (memory)"
             else:
@@ -269,6 +275,11 @@ class BfclMultiTurnAdapter:
         self._check_splits(splits)
         tasks = []
         for split in splits:
+            if split in AST_SPLITS:
+                from envace.bench.bfcl_ast import load_ast_tasks
+
+                tasks.extend(load_ast_tasks(split, limit))
+                continue
             entries = _read_jsonl(_data_dir() / f"BFCL_v4_{split}.json")
             answers = {a["id"]: a["ground_truth"]
                        for a in _read_jsonl(_data_dir() / "possible_answer" / f"BFCL_v4_{split}.json")}
@@ -286,12 +297,21 @@ class BfclMultiTurnAdapter:
         return Task(task_id=entry["id"], split=split, system=None, first_user=first, tools=tools,
                     meta={"entry": entry, "ground_truth": ground_truth, "holdout": holdout})
 
-    def new_episode(self, task: Task, sample: int, seed: int, services: Services) -> BfclEpisode:
+    def new_episode(self, task: Task, sample: int, seed: int, services: Services) -> Any:
+        if task.split in AST_SPLITS:
+            from envace.bench.bfcl_ast import BfclAstEpisode
+
+            return BfclAstEpisode(task)
         return BfclEpisode(task)
 
     def gold_turns(self, task: Task) -> list[list[ToolCall]]:
         """The ground-truth calls of every user turn as :class:`ToolCall` (positional arguments bound to
-        their parameter names), for the self-check replay."""
+        their parameter names), for the self-check replay. A single-turn task has one turn
+        (:func:`envace.bench.bfcl_ast.gold_calls`)."""
+        if task.split in AST_SPLITS:
+            from envace.bench.bfcl_ast import gold_calls
+
+            return [gold_calls(task)]
         instances = _Instances(task.meta["entry"], long_context=False) if task.meta["ground_truth"] else None
         turns = []
         for calls in task.meta["ground_truth"]:
@@ -306,7 +326,13 @@ class BfclMultiTurnAdapter:
 
 
 class BfclV4Adapter(BfclMultiTurnAdapter):
-    """BFCL-v4 (config ``benchmarks.bfcl_v4``): the multi-turn categories run; the others raise a clear
-    error (see the module docstring)."""
+    """BFCL-v4 (config ``benchmarks.bfcl_v4``): the multi-turn and single-turn (AST) categories run; the
+    agentic ones raise a clear error (see the module docstring)."""
 
     name = "bfcl_v4"
+    supported = MULTI_TURN_SPLITS + AST_SPLITS
+
+    def versions(self) -> dict[str, str]:
+        from envace.bench.bfcl_ast import checker_provenance
+
+        return {**super().versions(), "bfcl_ast_checker": checker_provenance()}

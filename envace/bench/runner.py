@@ -6,7 +6,10 @@ Implemented:
   agent answers in text; ``episode.user_reply`` gives the next user message (``None`` ends the
   conversation); then ``episode.score()``. An episode may expose ``current_tools()`` (e.g. BFCL's
   miss_func adds functions mid-conversation); the runner then re-reads the tool list every user turn.
-  The ``max_turns`` budget counts ACT turns over the whole conversation.
+  The ``max_turns`` budget counts ACT turns over the whole conversation. Two optional episode hooks:
+  ``max_act_turns`` caps the ACT turns of the episode (BFCL single-turn: 1; reaching the cap is a normal
+  end, scored by the episode) and ``scores_parse_errors = True`` hands an unparsable output to the
+  episode's own scorer instead of failing the sample (BFCL irrelevance counts it as "no call").
 - Outcomes: an exception inside the episode (adapter, environment, scorer) -> ``status: failed`` with the
   exception as ``reason``, score 0. An episode the rollout ended abnormally (unparsable output, endless
   output hitting the token budget, too many turns) -> ``status: failed``, score 0, reason naming the
@@ -104,6 +107,8 @@ async def run_episode(
     used = 0
     failed: str | None = None
     tools = task.tools
+    cap = getattr(episode, "max_act_turns", None)  # e.g. BFCL single-turn: one assistant turn, then over
+    own_parse_errors = getattr(episode, "scores_parse_errors", False)
     try:
         # where a simulated user opens the conversation (tau2, VitaBench) the episode supplies it
         opener = getattr(episode, "first_user_message", None)
@@ -111,7 +116,8 @@ async def run_episode(
         while True:
             tools_fn = getattr(episode, "current_tools", None)
             tools = tools_fn() if callable(tools_fn) else task.tools
-            cfg = replace(config, mode=Mode.REAL, max_turns=turns_left)
+            limit = turns_left if cap is None else min(turns_left, cap)
+            cfg = replace(config, mode=Mode.REAL, max_turns=limit)
             try:
                 traj = await run_rollout(backend, tokenizer, messages, tools, cfg, environment=episode)
             except BackendError:
@@ -122,7 +128,10 @@ async def run_episode(
             terminations.append(str(traj.termination))
             used += traj.num_turns
             turns_left = config.max_turns - used
-            if traj.termination != Termination.FINAL_ANSWER:
+            if traj.termination == Termination.ACT_PARSE_ERROR and own_parse_errors:
+                break  # the episode scores an unparsable output itself (BFCL single-turn)
+            capped = cap is not None and limit == cap and traj.termination == Termination.MAX_TURNS
+            if traj.termination != Termination.FINAL_ANSWER and not capped:
                 failed = f"episode ended by {traj.termination}"
                 break
             reply = episode.user_reply(traj.final_answer or "")
@@ -325,7 +334,9 @@ async def run_samples(
         (line for key, line in partial.lines.items() if key in order),
         key=lambda x: order[(x["task_id"], x["sample"])],
     )
-    path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started, **manifest)
-    partial.remove()
     stats.wall_s = time.perf_counter() - t_start
+    timing = {"wall_s": stats.wall_s, "model_s": stats.model_s, "samples": stats.samples}
+    path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started,
+                         timing=timing, **manifest)
+    partial.remove()
     return path, stats

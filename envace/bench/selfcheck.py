@@ -4,8 +4,15 @@ Implemented: :func:`selfcheck_bfcl_multi_turn` — for every task of the four BF
 a :class:`envace.bench.scripted.ScriptedBackend` replays the task's ground-truth calls (one assistant
 message per user turn, then a text answer) through :func:`envace.bench.runner.run_samples` — the same
 episode driver, rollout loop (``Mode.REAL``), tool-call parser, structured dispatch and scorer as an
-evaluation — and counts passed samples. Uses the character tokenizer of :mod:`envace.bench.scripted`
-(see there why). Writes its result file into a temporary directory.
+evaluation — and counts passed samples. :func:`selfcheck_bfcl_ast` does the same for the 13 single-turn
+(AST) categories through :class:`envace.bench.bfcl.BfclV4Adapter`: one assistant message with the gold
+calls of :func:`envace.bench.bfcl_ast.gold_calls` (none for the irrelevance categories), then a text
+answer, scored by bfcl-eval's AST checker / relevance rule; it also returns passed/total per category.
+All 3641 tasks replay; 3635 pass. The 6 others are tasks whose ground truth no output satisfies under
+bfcl-eval's own checker (:data:`envace.bench.bfcl_ast.KNOWN_UNSATISFIABLE`); their failed lines carry
+``known_unsatisfiable`` (the reason), which the ``envace selfcheck`` command accepts.
+Uses the character tokenizer of :mod:`envace.bench.scripted` (see there why). Writes its result file into
+a temporary directory.
 """
 
 from __future__ import annotations
@@ -16,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from envace.bench.base import Services
-from envace.bench.bfcl import MULTI_TURN_SPLITS, BfclMultiTurnAdapter
+from envace.bench.bfcl import AST_SPLITS, MULTI_TURN_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter
+from envace.bench.bfcl_ast import KNOWN_UNSATISFIABLE
 from envace.bench.runner import run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.rollout import Mode, RolloutConfig
 
-__all__ = ["selfcheck_bfcl_multi_turn", "replay_gold", "REPLAY_CONFIG"]
+__all__ = ["selfcheck_bfcl_multi_turn", "selfcheck_bfcl_ast", "replay_gold", "REPLAY_CONFIG"]
 
 #: roomy limits: the replay must never be cut by a budget (char-level tokens).
 REPLAY_CONFIG = RolloutConfig(mode=Mode.REAL, max_turns=1000, max_prompt_tokens=10**9,
@@ -35,6 +43,25 @@ def selfcheck_bfcl_multi_turn(splits: list[str] | None = None, limit: int | None
     tasks = adapter.load_tasks(list(splits or MULTI_TURN_SPLITS), limit)
     scripts = {t.task_id: script_for_calls(adapter.gold_turns(t)) for t in tasks}
     return replay_gold(adapter, tasks, scripts, "bfcl_multi_turn", out_dir)
+
+
+def selfcheck_bfcl_ast(splits: list[str] | None = None, limit: int | None = None,
+                       out_dir: str | Path | None = None
+                       ) -> tuple[int, int, list[dict], dict[str, tuple[int, int]]]:
+    """Replay the single-turn ground truth; returns ``(passed, total, failed result lines, {category:
+    (passed, total)})``."""
+    adapter = BfclV4Adapter()
+    tasks = adapter.load_tasks(list(splits or AST_SPLITS), limit)
+    scripts = {t.task_id: script_for_calls(adapter.gold_turns(t)) for t in tasks}
+    passed, total, failed = replay_gold(adapter, tasks, scripts, "bfcl_ast", out_dir)
+    for line in failed:
+        if line["task_id"] in KNOWN_UNSATISFIABLE and line["status"] == "ok":  # scored, not crashed
+            line["known_unsatisfiable"] = KNOWN_UNSATISFIABLE[line["task_id"]]
+    by_split = {}
+    for split in dict.fromkeys(t.split for t in tasks):
+        n = sum(1 for t in tasks if t.split == split)
+        by_split[split] = (n - sum(1 for line in failed if line["split"] == split), n)
+    return passed, total, failed, by_split
 
 
 def replay_gold(adapter: Any, tasks: list[Any], scripts: dict[str, Any], name: str,

@@ -1,8 +1,13 @@
 """``envace selfcheck <name>``: gold replays through the full evaluation runner; prints ``passed/total``.
 
 ``bfcl_multi_turn``: :func:`envace.bench.selfcheck.selfcheck_bfcl_multi_turn` (must be 800/800).
+``bfcl_ast``: :func:`envace.bench.selfcheck.selfcheck_bfcl_ast` (the 13 single-turn categories; also
+prints ``category: passed/total`` per category). Expected 3635/3641: no output meets bfcl-eval's own
+ground truth for 6 tasks (``envace.bench.bfcl_ast.KNOWN_UNSATISFIABLE``); their failed lines carry
+``known_unsatisfiable`` and are reported as known.
 ``tau2``: ``envace.bench.tau2.selfcheck_tau2`` (owned by the tau^2 adapter; must be 278/278).
-Exit code 0 only if every task passed.
+A check may return a fourth value, ``{category: (passed, total)}``, printed one line per category.
+Exit code 0 only if every task passed, except failed lines marked ``known_unsatisfiable``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 
 CHECKS = {
     "bfcl_multi_turn": "envace.bench.selfcheck:selfcheck_bfcl_multi_turn",
+    "bfcl_ast": "envace.bench.selfcheck:selfcheck_bfcl_ast",
     "tau2": "envace.bench.tau2:selfcheck_tau2",
 }
 
@@ -34,10 +40,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"envace selfcheck: error: {args.name} is not available: {exc}", file=sys.stderr)
         return 1
     t0 = time.perf_counter()
-    passed, total, failed = check(limit=args.limit)
+    passed, total, failed, *rest = check(limit=args.limit)
     elapsed = time.perf_counter() - t0
-    for line in failed[: args.show_failures]:
+    unexplained = [line for line in failed if not line.get("known_unsatisfiable")]
+    for line in unexplained[: args.show_failures]:
         print(f"FAILED {line['task_id']}: {line.get('reason') or line.get('extra')}", file=sys.stderr)
+    for line in failed:
+        if line.get("known_unsatisfiable"):
+            print(f"known {line['task_id']}: {line['known_unsatisfiable']}", file=sys.stderr)
+    for split, (ok, n) in (rest[0] if rest else {}).items():
+        print(f"{split}: {ok}/{n}")
     print(f"{passed}/{total}")
     print(f"selfcheck {args.name}: {elapsed:.1f} s", file=sys.stderr)
-    return 0 if passed == total and total > 0 else 1
+    return 0 if total > 0 and not unexplained else 1

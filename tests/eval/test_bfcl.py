@@ -85,7 +85,7 @@ def test_schema_conversion_and_unsupported_splits(adapter):
     params = tool["function"]["parameters"]
     assert params["type"] == "object" and params["properties"]["x"]["type"] == "number"
     assert params["properties"]["t"]["type"] == "array" and "type" not in params["properties"]["a"]
-    with pytest.raises(ValueError, match="tree-sitter"):
+    with pytest.raises(ValueError, match="single-turn"):
         adapter.load_tasks(["simple_python"], 1)
     with pytest.raises(ValueError, match="network"):
         get_adapter("bfcl_v4").load_tasks(["web_search_base"], 1)
