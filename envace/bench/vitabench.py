@@ -1,47 +1,82 @@
 """VitaBench adapter (delivery, instore, ota, cross_domain) for the source-installed ``vita`` package.
 
-VitaBench (meituan-longcat/vitabench) is not on PyPI; ``environment.yml`` documents the install
-(``pip install "git+https://github.com/meituan-longcat/vitabench"``). Its task files
-(``<data_dir>/<domain>/tasks_en.json`` for English, ``tasks.json`` for Chinese; 100 tasks each) carry a
+VitaBench (meituan-longcat/vitabench) is not on PyPI (the PyPI ``vita`` is another package). Verified
+against commit ``96f3b8529d8ea38d330de2405af7e32a1454f6cd`` (2025-11-06, package version 0.0.1),
+installed with ``pip install --no-deps`` plus its missing runtime dependencies (``thefuzz``,
+``rapidfuzz``, ``holidays``, ``json-repair``). Its task files (``<data_dir>/<domain>/tasks_en.json`` for
+English, ``tasks.json`` for Chinese; 100 tasks each, in the repository's ``data/vita/domains``) carry a
 per-task database (``environment``), a user profile and instructions for the simulated user, and
 natural-language rubrics (``evaluation_criteria.expected_states[].state_rubrics`` and
 ``overall_rubrics``) that an LLM judge checks against the conversation.
 
-Implemented (pure Python, tested here on hand-written fixtures in ``tests/data/vitabench/``):
+Implemented:
 - :func:`parse_task` / :func:`load_task_file` — validation of the task format with clear errors.
 - :func:`collect_rubrics` — the rubric list (state rubrics, then overall rubrics, first occurrence
   only), the order in which the judge indexes them as ``rubric_0, rubric_1, ...``.
-- The rubric judge (VitaBench's default ``trajectory`` evaluation): the conversation is cut into
-  windows of 10 messages overlapping by 2 (:func:`sliding_windows`); each window is judged with the
-  current rubric states; a verdict of a later window replaces an earlier one
-  (:func:`apply_verdicts`); reward 1 iff every rubric is met (and there is at least one), with the
-  met fraction as a sub-score (:func:`score_from_verdicts`). :func:`parse_judge_output` reads the
-  judge's JSON list of ``{"rubric_idx", "justification", "meetExpectation"}`` (code fences and text
-  around the list tolerated); an unparsable answer keeps the current states, as VitaBench does.
+- The rubric judge (VitaBench's default ``trajectory`` evaluation, ``TrajectoryEvaluator``): the
+  conversation is cut into windows of 10 messages overlapping by 2 (:func:`sliding_windows`); each
+  window is judged with vita's own sliding-window prompt (task time + weekday, user instruction, window
+  i of n) and the current rubric states; a verdict of a later window replaces an earlier one
+  (:func:`apply_verdicts`); reward 1 iff every rubric is met (and there is at least one), with the met
+  fraction as a sub-score (:func:`score_from_verdicts`). :func:`parse_judge_output` reads the judge's
+  JSON list of ``{"rubric_idx", "justification", "meetExpectation"}`` (broken JSON is repaired with
+  ``json_repair`` when installed, as vita does); an unparsable answer keeps the current states, an entry
+  without ``meetExpectation`` keeps that rubric's state, as vita does.
 - :class:`VitaEpisode` — the episode protocol over a :class:`ToolBackend` (the vita environment in
-  real runs, a stand-in in tests): agent calls by parsed name + arguments only, errors as observations,
-  an LLM user simulator through an OpenAI-compatible endpoint (``###STOP###``-style tokens end the
-  conversation), ten tool errors = reward 0 (VitaBench's ``max_errors``).
+  real runs, a stand-in in tests): VitaBench's fixed greeting opens, the simulated user answers it;
+  agent calls by parsed name + arguments only, through vita's ``Environment.get_response`` (an unknown
+  tool, bad arguments or any exception become vita's ``"Error: ..."`` observation); an LLM user
+  simulator with vita's system prompt through an OpenAI-compatible endpoint; ``###STOP###`` /
+  ``###TRANSFER###`` / ``###OUT-OF-SCOPE###`` from the user, or ``###STOP###`` in the agent's reply,
+  end the conversation (vita's ``USER_STOP`` / ``AGENT_STOP``). Tool errors are counted (``extra``) but
+  do not zero the reward: vita's orchestrator declares ``max_errors=10`` but never counts errors.
+- The vita environment (:class:`_VitaToolBackend`): built as ``vita.run`` builds it (the registered
+  domain constructor, ``get_cross_environment("delivery,instore,ota", ...)`` for cross-domain), in a
+  worker thread of its own whose vita registries (stores, products, locations: per-thread class-level
+  state that the tools read) are reset first, as vita resets them per simulation; every call runs in
+  that thread, so interleaved episodes in one process do not share state. vita's loguru logging and
+  its import-time prints are silenced.
 
-Needs the ``vita`` package (imported lazily; a clear error names the install command): the domain tool
-environments, the agent system prompt (policy with the task time), the user-simulator guidelines, the
-judge's system prompt and the weekday shown to it. These paths are written against the package's
-source and were not run here (the package cannot be installed on this machine).
+Verified here with the real package (``tests/bench_vitabench/test_real_vita.py``; CPU): tasks of all
+four splits load (hand-made fixtures valid for vita's databases; real records of delivery and instore)
+with the agent system prompt, tool schemas and user-simulator prompt equal to what vita builds; valid
+calls create orders in every split's database (the cross-domain one reaching both delivery and hotel
+tools), an unknown tool, an unexpected and a missing argument give vita's error observations;
+interleaved episodes stay isolated; the gold orders of the real records replay to orders with the
+gold store, products, quantities, price and payment state; our rubric judge sends the same system
+prompts, window transcripts and rubric states as vita's ``TrajectoryEvaluator`` and reaches the same
+verdicts, reward and fraction given the same scripted judge answers; the agent stop token ends the
+conversation; the gold orders of the real records also pass through the full evaluation runner
+(:func:`envace.bench.selfcheck.replay_gold`, scripted agent, rule judge: 3/3). Over the release's
+delivery and instore task files (200 tasks, English; the Chinese ones load too) 904 of 941 replayable
+gold orders replay exactly (the others are inconsistent gold records: a price differing from the
+store's, a stray space in a time, a product missing from the store). The OTA and cross-domain task
+files (over 4 MiB) could not be fetched here: those splits are verified on hand-made tasks only.
+
+Not verified here: the LLM user simulator and the LLM judge end to end (only scripted ones and a
+stand-in OpenAI client), an evaluation with a served model, and the OTA / cross-domain release tasks.
 
 Simplifications (ours): the protocol's static ``Task.first_user`` cannot hold a sampled message, so it
 is ``""`` and the runner must call :meth:`VitaEpisode.first_user_message` (the user simulator answers
-VitaBench's greeting; ``Task.meta["first_user_from_episode"]``). The ``vita`` package keeps global
-state (the task time, class-level instance registries), so its episodes must not run concurrently in
-one process.
+VitaBench's greeting; ``Task.meta["first_user_from_episode"]``). Each agent tool call is recorded as
+its own assistant message (vita keeps parallel calls in one message, which shifts the judge's window
+boundaries for turns with several calls). A user-simulator turn without text is asked again (vita
+would fail and retry the whole task). Locations are reset per episode (vita keeps them across the
+tasks one worker thread runs). vita's order ids hash the wall-clock time, so they differ between runs.
+vita sets its prompt language process-wide: run one language per process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
+import io
 import json
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,7 +87,10 @@ from envace.tools import ToolCall
 
 __all__ = [
     "SPLITS",
+    "VITABENCH_COMMIT",
     "INSTALL_HINT",
+    "NO_JUSTIFICATION",
+    "make_vita_environment",
     "VitaTask",
     "Verdict",
     "parse_task",
@@ -77,12 +115,14 @@ SPLITS: dict[str, str] = {
     "ota": "ota",
     "cross_domain": "delivery,instore,ota",
 }
+VITABENCH_COMMIT = "96f3b8529d8ea38d330de2405af7e32a1454f6cd"  # the vitabench commit verified against
 INSTALL_HINT = (
-    'VitaBench needs the source-installed "vita" package: '
-    'pip install "git+https://github.com/meituan-longcat/vitabench" (see environment.yml)'
+    'VitaBench needs the source-installed "vita" package: pip install --no-deps '
+    f'"vita @ git+https://github.com/meituan-longcat/vitabench@{VITABENCH_COMMIT}" '
+    "thefuzz holidays json-repair (see environment.yml)"
 )
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")  # vita.user.base
-MAX_ERRORS = 10  # vita.config.DEFAULT_MAX_ERRORS
+AGENT_STOP_TOKEN = "###STOP###"  # vita.agent.base.BaseAgent.STOP_TOKEN: the agent ends the conversation
 MAX_USER_ROUNDS = 30  # ours: user-simulator calls per reply before the conversation is cut
 GREETINGS = {
     "english": "Hello, how can I help you?",
@@ -91,11 +131,22 @@ GREETINGS = {
 
 
 def _vita(module: str) -> Any:
-    """Import ``vita.<module>`` or fail with :data:`INSTALL_HINT`."""
+    """Import ``vita.<module>`` or fail with :data:`INSTALL_HINT`.
+
+    vita logs every tool response through loguru at DEBUG level and prints its model list on import;
+    its loguru output is disabled and the import's stdout is swallowed, so evaluation logs stay readable.
+    """
     import importlib
 
     try:
-        return importlib.import_module(f"vita.{module}")
+        from loguru import logger
+
+        logger.disable("vita")
+    except ImportError:  # loguru is a dependency of vita: without it the import below fails clearly
+        pass
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return importlib.import_module(f"vita.{module}")
     except ImportError as exc:
         raise EpisodeError(f"{INSTALL_HINT} ({exc})") from exc
 
@@ -199,10 +250,15 @@ def load_task_file(path: str | Path, split: str) -> list[VitaTask]:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The judge's current opinion on one rubric."""
+    """The judge's opinion on one rubric. In a judge *update* (:func:`parse_judge_output`) ``met`` is
+    ``None`` when the answer gave no ``meetExpectation``: :func:`apply_verdicts` then keeps the previous
+    state and takes only the justification, as vita's evaluator does."""
 
-    met: bool
+    met: bool | None
     justification: str
+
+
+NO_JUSTIFICATION = "No justification provided"  # vita's text for an entry without a justification
 
 
 def sliding_windows(n: int, window: int = 10, overlap: int = 2) -> list[tuple[int, int]]:
@@ -233,26 +289,39 @@ def _as_bool(value: Any) -> bool | None:
     return None
 
 
-def parse_judge_output(text: str, num_rubrics: int) -> dict[int, Verdict] | None:
-    """Verdicts by rubric index from a judge answer, or ``None`` if no verdict list can be read.
-
-    Accepted: a JSON list of objects (optionally in a code fence or surrounded by text, or wrapped in
-    an object's single list value) with ``rubric_idx`` ``"rubric_<i>"`` (or ``i``), ``meetExpectation``
-    (bool or "true"/"false") and ``justification``. Entries with an unknown index or an unreadable
-    verdict are skipped.
-    """
+def _load_json(text: str) -> Any:
+    """The first JSON value readable from ``text``: a fenced block, the whole text, or its outermost
+    ``[...]``; failing those, vita's own repair (``json_repair``, installed with vita) on the whole text."""
     candidates = [m.group(1) for m in _FENCE_RE.finditer(text)] + [text]
-    data: Any = None
     for candidate in candidates:
         start, end = candidate.find("["), candidate.rfind("]")
         for piece in (candidate.strip(), candidate[start : end + 1] if 0 <= start < end else ""):
             try:
-                data = json.loads(piece)
-                break
+                return json.loads(piece)
             except (json.JSONDecodeError, ValueError):
                 continue
-        if data is not None:
-            break
+    try:
+        from json_repair import repair_json
+    except ImportError:
+        return None
+    try:
+        return json.loads(repair_json(text))
+    except (json.JSONDecodeError, ValueError, TypeError, RecursionError):
+        return None
+
+
+def parse_judge_output(text: str, num_rubrics: int) -> dict[int, Verdict] | None:
+    """Verdict updates by rubric index from a judge answer, or ``None`` if no verdict list can be read.
+
+    The contract of vita's sliding-window judge: a JSON list of objects with ``rubric_idx``
+    ``"rubric_<i>"``, ``justification`` and ``meetExpectation`` (vita repairs broken JSON with
+    ``json_repair``; so do we when it is installed). Also accepted (ours): a code fence or text around
+    the list, a list wrapped as an object's single list value, an integer index, "true"/"false" strings.
+    Entries with an unknown index or an unreadable verdict (e.g. "maybe") are skipped; an entry without
+    ``meetExpectation`` keeps the rubric's state (``met=None``) and a missing justification reads
+    :data:`NO_JUSTIFICATION` (both as vita).
+    """
+    data = _load_json(text)
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list)]
         data = lists[0] if len(lists) == 1 else None
@@ -265,18 +334,22 @@ def parse_judge_output(text: str, num_rubrics: int) -> dict[int, Verdict] | None
         idx = entry.get("rubric_idx")
         if isinstance(idx, str) and re.fullmatch(r"rubric_\d+", idx):
             idx = int(idx.split("_")[1])
-        met = _as_bool(entry.get("meetExpectation"))
-        if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < num_rubrics or met is None:
+        if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < num_rubrics:
             continue
-        verdicts[idx] = Verdict(met, str(entry.get("justification", "")))
+        met = _as_bool(entry["meetExpectation"]) if "meetExpectation" in entry else None
+        if "meetExpectation" in entry and met is None:
+            continue
+        verdicts[idx] = Verdict(met, str(entry.get("justification", NO_JUSTIFICATION)))
     return verdicts
 
 
 def apply_verdicts(states: list[Verdict], verdicts: Mapping[int, Verdict] | None) -> list[Verdict]:
-    """New rubric states: each verdict replaces the state of its rubric; ``None`` keeps all states."""
+    """New rubric states: each update replaces its rubric's state (``met=None`` keeps the previous
+    ``met``); ``None`` (an unreadable answer) keeps all states."""
     updated = list(states)
     for idx, verdict in (verdicts or {}).items():
-        updated[idx] = verdict
+        met = updated[idx].met if verdict.met is None else verdict.met
+        updated[idx] = Verdict(met, verdict.justification)
     return updated
 
 
@@ -286,7 +359,7 @@ def score_from_verdicts(rubrics: Sequence[str], states: Sequence[Verdict]) -> Sc
         raise ValueError(f"{len(rubrics)} rubrics but {len(states)} verdicts")
     if not rubrics:
         return Score(1.0, {}, {"note": "no rubric to evaluate"})
-    met = sum(1 for s in states if s.met)
+    met = sum(1 for s in states if s.met is True)
     reward = 1.0 if met == len(rubrics) else 0.0
     checks = [
         {"rubric": r, "met": s.met, "justification": s.justification}
@@ -402,27 +475,83 @@ class ToolBackend(Protocol):
     def execute(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]: ...
 
 
+def _vita_registry_classes() -> list[type]:
+    """vita's classes with per-thread instance registries (stores, products, locations): every
+    subclass of ``vita.data_model.thread_safe_base.ThreadSafeBase``."""
+    base = _vita("data_model.thread_safe_base").ThreadSafeBase
+    _vita("registry")  # imports every domain, so every registry class exists
+    seen: list[type] = []
+    stack = list(base.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls not in seen:
+            seen.append(cls)
+            stack.extend(cls.__subclasses__())
+    return seen
+
+
+def _reset_vita_thread_state() -> None:
+    """Forget the registries of the calling thread (vita's ``run._clear_global_state`` clears stores and
+    products; we clear locations too, so that address look-ups see this task's addresses only) and drop
+    those of finished threads."""
+    for cls in _vita_registry_classes():
+        cls.clear_thread_data()
+        cls.cleanup_thread()
+
+
+def make_vita_environment(task: VitaTask, language: str) -> Any:
+    """The vita ``Environment`` of ``task`` built as ``vita.run`` builds it: the registered domain
+    constructor, or ``get_cross_environment`` for the cross-domain split, on a copy of the task's
+    database. Call it in the thread that will use the environment (vita's registries are per thread)."""
+    import copy
+
+    domain = SPLITS[task.split]
+    environment = copy.deepcopy(task.environment)
+    if "," in domain:
+        return _vita("environment.environment").get_cross_environment(domain, environment, language)
+    return _vita("registry").registry.get_env_constructor(domain)(environment, language)
+
+
 class _VitaToolBackend:
-    """A vita ``Environment`` (single or cross domain) for one task. Not run here (needs ``vita``)."""
+    """A vita ``Environment`` (single or cross domain) for one task.
+
+    vita keeps its stores, products and locations in per-thread class-level registries that the tools
+    read (e.g. ``StoreProduct.get_all_products()``); vita itself runs each simulation in a worker thread
+    after clearing them. Likewise every backend owns one worker thread: the environment is built and
+    every call executed there, after a reset of that thread's registries, so episodes interleaved in one
+    process (the runner's concurrency) never see each other's data.
+    """
 
     def __init__(self, task: VitaTask, language: str) -> None:
-        domain = SPLITS[task.split]
-        if "," in domain:
-            self.env = _vita("environment.environment").get_cross_environment(
-                domain, task.environment, language
-            )
-        else:
-            self.env = _vita("registry").registry.get_env_constructor(domain)(task.environment, language)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vita-episode")
+        self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=False)
+        self.env = self._pool.submit(self._build, task, language).result()
         self._message = _vita("data_model.message")
         self._calls = 0
 
-    def execute(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    @staticmethod
+    def _build(task: VitaTask, language: str) -> Any:
+        _reset_vita_thread_state()
+        return make_vita_environment(task, language)
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         self._calls += 1
         call = self._message.ToolCall(
             id=f"call_{self._calls}", name=name, arguments=arguments, requestor="assistant"
         )
-        response = self.env.get_response(call)
+        with contextlib.redirect_stderr(io.StringIO()):  # vita prints the traceback of a failed call
+            response = self.env.get_response(call)
         return (response.content or ""), bool(response.error)
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        return self._pool.submit(self._call, name, arguments).result()
+
+    def run(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(environment)`` in the backend's thread (tests: inspect the database)."""
+        return self._pool.submit(fn, self.env).result()
+
+    def close(self) -> None:
+        self._finalizer()
 
 
 class VitaEpisode:
@@ -449,6 +578,7 @@ class VitaEpisode:
         self.records: list[dict[str, Any]] = [{"role": "assistant", "content": self.greeting}]
         self.user_chat: list[dict[str, Any]] = [{"role": "system", "content": user_system}]
         self.over = False
+        self.agent_stopped = False
         self._opening: str | None = None
         self.num_errors = 0
 
@@ -512,6 +642,10 @@ class VitaEpisode:
         if self.over:
             return None
         self.records.append({"role": "assistant", "content": assistant_text})
+        if AGENT_STOP_TOKEN in assistant_text:  # vita: the agent's stop ends the conversation at once
+            self.over = True
+            self.agent_stopped = True
+            return None
         return self._user(assistant_text)
 
     def score(self) -> Score:
@@ -520,13 +654,10 @@ class VitaEpisode:
             "vita_task_id": self.task.task_id,
             "num_tool_errors": self.num_errors,
             "num_messages": len(self.records),
-            "user_stopped": self.over,
+            "user_stopped": self.over and not self.agent_stopped,
+            "agent_stopped": self.agent_stopped,
             **self.info,
         }
-        if self.num_errors >= MAX_ERRORS:
-            return Score(
-                0.0, {}, {**extra, "note": f"{self.num_errors} tool errors (VitaBench limit {MAX_ERRORS})"}
-            )
         if self.judge is None:
             raise EpisodeError("VitaBench needs a judge endpoint (Services.judge)")
         states, unparsed = self.judge.judge(self.records, self.task.rubrics)
@@ -626,13 +757,24 @@ class VitaBenchAdapter:
         if self.system_factory is not None:
             return self.system_factory(task)
         backend = _VitaToolBackend(task, self.language)
-        policy = backend.env.get_policy()
-        agent_system = policy.format(time=task.time)  # what vita's LLMAgent.system_prompt does
-        tools = [t.openai_schema for t in backend.env.get_tools()]
+        try:
+            policy = backend.env.get_policy()
+            tools = [t.openai_schema for t in backend.env.get_tools()]
+        finally:
+            backend.close()
+        # vita's LLMAgent: the policy's {time} is the task time followed by its weekday
+        weekday = _vita("utils.utils").get_weekday(task.time, self.language)
+        agent_system = policy.format(time=f"{task.time} {weekday}")
+        return agent_system, tools, self._user_system(task)
+
+    def _user_system(self, task: VitaTask) -> str:
+        """vita's user-simulator system prompt (guidelines with the persona and instructions)."""
+        if self.system_factory is not None:
+            return self.system_factory(task)[2]
         simulator = _vita("user.user_simulator").UserSimulator(
             persona=str(task.user_profile), instructions=task.instructions, language=self.language
         )
-        return agent_system, tools, simulator.system_prompt
+        return str(simulator.system_prompt)
 
     def load_tasks(self, splits: list[str], limit: int | None) -> list[Task]:
         if self.data_dir is None:
@@ -690,7 +832,7 @@ class VitaBenchAdapter:
             judge = RubricJudge(
                 complete, lambda i, n: self._judge_system(vt, i, n), self.window, self.overlap
             )
-        _, _, user_system = self._system(vt)
+        user_system = self._user_system(vt)
         info = {
             "user_simulator": services.user_simulator.model if services.user_simulator else "injected",
             "judge": services.judge.model if services.judge else "injected",
@@ -704,7 +846,7 @@ class VitaBenchAdapter:
         """VitaBench's sliding-window judge prompt (from ``vita``), with the task time and weekday."""
         if self.judge_prompt_factory is not None:
             return self.judge_prompt_factory(task, window_idx, total)
-        weekday = _vita("utils").get_weekday(task.time, self.language) or ""
+        weekday = _vita("utils.utils").get_weekday(task.time, self.language) or ""
         env_info = {"system_time": f"{task.time} {weekday}", "database": []}
         template = _vita("prompts").get_prompts(self.language).sliding_window_eval_template
         return template.format(

@@ -1,10 +1,13 @@
-"""VitaBench adapter: task parsing on fixtures, rubric judging from given verdicts, episodes with
-stand-in tools / user / judge (the ``vita`` package is not installed here)."""
+"""VitaBench adapter logic without the ``vita`` package: task parsing on fixtures, rubric judging from
+given verdicts, episodes with stand-in tools / user / judge. ``test_real_vita.py`` runs the same adapter
+on the real package where it is installed."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,6 +35,20 @@ def test_fixture_tasks_parse():
     assert tasks[1].rubrics == ()
     assert V.task_file(DATA, "delivery", "english") == DATA / "delivery" / "tasks_en.json"
     assert V.task_file(DATA, "ota", "chinese").name == "tasks.json"
+
+
+def test_every_split_fixture_and_the_real_records_parse():
+    for split in V.SPLITS:  # hand-made, valid for vita's databases too (test_real_vita.py)
+        tasks = V.load_task_file(V.task_file(DATA, split, "english"), split)
+        assert tasks and all(t.split == split for t in tasks) and tasks[0].rubrics
+    real = {
+        split: V.load_task_file(V.task_file(DATA / "real", split, "english"), split)
+        for split in ("delivery", "instore")
+    }
+    assert [t.task_id for t in real["delivery"]] == ["10711001", "G0721005"]
+    assert [t.task_id for t in real["instore"]] == ["10826004"]
+    first = real["delivery"][0]
+    assert first.time == "2025-06-21 11:20:00" and len(first.rubrics) == 5  # state = overall rubrics
 
 
 @pytest.mark.parametrize(
@@ -85,12 +102,34 @@ def test_parse_judge_output_variants():
         ' {"rubric_idx": 0, "meetExpectation": "false"}]\n```'
     )
     verdicts = V.parse_judge_output(answer, 3)
-    assert verdicts == {1: V.Verdict(True, "ok"), 0: V.Verdict(False, "")}
+    assert verdicts == {1: V.Verdict(True, "ok"), 0: V.Verdict(False, V.NO_JUSTIFICATION)}
     assert V.parse_judge_output('{"results": [{"rubric_idx": "rubric_2", "meetExpectation": false}]}', 3) == {
-        2: V.Verdict(False, "")
+        2: V.Verdict(False, V.NO_JUSTIFICATION)
     }
     assert V.parse_judge_output("I cannot decide.", 3) is None
     assert V.parse_judge_output('[{"rubric_idx": "rubric_0", "meetExpectation": "maybe"}]', 3) == {}
+    # no meetExpectation: an update of the justification only (vita keeps the state)
+    assert V.parse_judge_output('[{"rubric_idx": "rubric_1", "justification": "j"}]', 3) == {
+        1: V.Verdict(None, "j")
+    }
+
+
+def test_broken_judge_json_is_repaired_only_with_json_repair(monkeypatch):
+    broken = '[{"rubric_idx": "rubric_0", "meetExpectation": true},]'
+    monkeypatch.setitem(sys.modules, "json_repair", None)  # not installed: unreadable
+    assert V.parse_judge_output(broken, 1) is None
+    calls = []
+
+    def repair_json(text):  # a stand-in repair that drops trailing commas
+        calls.append(text)
+        return re.sub(r",\s*([\]}])", r"\1", text)
+
+    monkeypatch.setitem(sys.modules, "json_repair", SimpleNamespace(repair_json=repair_json))
+    assert V.parse_judge_output(broken, 1) == {0: V.Verdict(True, V.NO_JUSTIFICATION)}
+    assert calls == [broken]
+    assert V.parse_judge_output('[{"rubric_idx": "rubric_0", "meetExpectation": false}]', 1) == {
+        0: V.Verdict(False, V.NO_JUSTIFICATION)
+    } and len(calls) == 1  # valid JSON never goes through the repair
 
 
 def test_scoring_from_given_verdicts():
@@ -99,6 +138,8 @@ def test_scoring_from_given_verdicts():
     states = V.apply_verdicts(states, {0: V.Verdict(True, "x"), 1: V.Verdict(True, "y")})
     states = V.apply_verdicts(states, None)  # unparsable window keeps the states
     states = V.apply_verdicts(states, {1: V.Verdict(False, "later window"), 2: V.Verdict(True, "z")})
+    states = V.apply_verdicts(states, {0: V.Verdict(None, "kept")})  # no verdict: the state stays
+    assert states[0] == V.Verdict(True, "kept")
     score = V.score_from_verdicts(rubrics, states)
     assert score.score == 0.0 and score.subscores == {"rubric_fraction": 0.5}
     assert score.extra["rubric_checks"][1] == {"rubric": "b", "met": False, "justification": "later window"}
@@ -223,16 +264,37 @@ def test_long_conversation_is_judged_in_windows_and_later_verdicts_win():
     assert '"meetExpectation": true' in second_window  # the states of the first window are passed on
 
 
-def test_ten_tool_errors_score_zero_without_judging():
+def test_tool_errors_are_counted_but_do_not_zero_the_score():
+    # vita's orchestrator declares max_errors=10 but never counts errors: the judge alone decides
     judge_log = []
-    adapter = _adapter([UserTurn("hi"), UserTurn("###STOP###")], [], judge_log)
+    verdict = json.dumps([{"rubric_idx": f"rubric_{k}", "meetExpectation": True} for k in range(3)])
+    adapter = _adapter([UserTurn("hi"), UserTurn("###STOP###")], [verdict] * 4, judge_log)
     task = adapter.load_tasks(["delivery"], 1)[0]
     episode = adapter.new_episode(task, 0, 0, Services())
     episode.first_user_message()
-    for _ in range(V.MAX_ERRORS):
+    for _ in range(12):
         episode.step(ToolCall("nope", {}))
+    assert episode.user_reply("Sorry.") is None
     score = episode.score()
-    assert score.score == 0.0 and "tool errors" in score.extra["note"] and judge_log == []
+    assert score.score == 1.0 and score.extra["num_tool_errors"] == 12
+    assert len(judge_log) == len(V.sliding_windows(len(episode.records))) == 4
+
+
+def test_agent_stop_token_ends_the_conversation_without_asking_the_user():
+    judge_log = []
+    user = ScriptedUserModel([UserTurn("I want noodles."), UserTurn("should never be asked")])
+    adapter = _adapter([], ["[]"], judge_log)
+    adapter.user_model_factory = lambda _t, _s: user
+    task = adapter.load_tasks(["delivery"], 1)[0]
+    episode = adapter.new_episode(task, 0, 0, Services())
+    episode.first_user_message()
+    assert episode.user_reply("All done. ###STOP###") is None
+    assert len(user.seen) == 1  # only the opening was asked for
+    assert episode.user_reply("more?") is None
+    assert episode.step(ToolCall("search_stores", {"keyword": "x"})) == "Error: the conversation has ended."
+    score = episode.score()
+    assert score.extra["agent_stopped"] is True and score.extra["user_stopped"] is False
+    assert "All done. ###STOP###" in judge_log[0][1]["content"]  # the stop message is judged too
 
 
 def test_missing_services_and_package_are_clear_errors():
@@ -250,7 +312,7 @@ def test_missing_services_and_package_are_clear_errors():
     except ImportError:
         real = V.VitaBenchAdapter(data_dir=DATA)
         with pytest.raises(
-            EpisodeError, match='pip install "git\\+https://github.com/meituan-longcat/vitabench"'
+            EpisodeError, match=re.escape(f"vitabench@{V.VITABENCH_COMMIT}")
         ):
             real.load_tasks(["delivery"], 1)
     with pytest.raises(ValueError, match="data_dir"):
@@ -276,10 +338,10 @@ def test_versions_record_data_and_models():
     adapter = _adapter([], [], [])
     adapter.user_simulator, adapter.judge_model = "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B"
     v = adapter.versions()
-    assert (
-        v["vitabench_data_sha256"]
-        == hashlib.sha256(b"delivery\n" + (DATA / "delivery" / "tasks_en.json").read_bytes()).hexdigest()
-    )
+    digest = hashlib.sha256()
+    for split in ("delivery", "instore", "ota", "cross_domain"):  # every split present, in SPLITS order
+        digest.update(split.encode() + b"\n" + (DATA / split / "tasks_en.json").read_bytes())
+    assert v["vitabench_data_sha256"] == digest.hexdigest()
     assert V.VitaBenchAdapter().versions()["vitabench_data_sha256"] == "no data_dir"
     assert v["judge"] == "Qwen/Qwen3-30B-A3B"
     assert v["judge_window"] == "10/2" and v["language"] == "english"
