@@ -1,7 +1,7 @@
 """EnvACE as a verl 0.9.1 extension (GPU path). Importing this package registers, in the importing
 process, the agent loop ``envace_rehearsal``, the advantage estimator ``envace_role_wise`` and the
-trainer mode ``envace_sync``; ``VERL_USE_EXTERNAL_MODULES=envace.verl_ext`` (set by
-:mod:`envace.verl_ext.launch`) makes ``import verl`` import it in every Ray process.
+trainer modes ``envace_sync`` and ``envace_per_role_sync``; ``VERL_USE_EXTERNAL_MODULES=envace.verl_ext``
+(set by :mod:`envace.verl_ext.launch`) makes ``import verl`` import it in every Ray process.
 
 Layout choice — per-generation rows: each ACT turn and each REHEARSE reply is its own training row
 (prompt = the context it was sampled from, response = its tokens), as in the authors' code. The
@@ -12,12 +12,15 @@ worker already stores a ``list[AgentLoopOutput]`` as separate rows and pads samp
 ids (``<uid>::<role>``) set by a narrow trainer subclass (:mod:`.trainer`), because verl passes estimators
 only the uid.
 
-Per-role policy (``per_role_8b``) — NOT IMPLEMENTED, plan: verl trains one actor per trainer. The cleanest
-route without a fork is one LoRA-free second policy served as an *external* rehearser: two verl trainers
-(ACT, REHEARSE) alternating phases over a shared rollout cache is a fork-sized change; instead run the ACT
-policy with ``envace.mode=external_simulator`` pointing at a second vLLM server whose weights are
-updated from a second trainer that consumes only REHEARSE rows. :func:`envace.verl_ext.launch.launch`
-refuses this run with a clear message until that exists.
+Per-role policy (``per_role_8b``, paper Fig. 3): trainer mode ``envace_per_role_sync``
+(:mod:`.per_role_trainer`, layout helpers in :mod:`.per_role`) trains two policies with separate
+parameters from the same base model — ACT on verl's actor/rollout worker group, REHEARSE on a second one
+on its own resource pool — routes each role's generations to its own policy's rollout servers through
+the agent loop, splits each batch by role so each policy is updated only with its own rows (role-wise
+advantages computed once on the union, as in the shared run), and checkpoints and resumes both. Not LoRA
+adapters on one model: the paper's ablation is separate parameters. Runs only on GPUs; what is verified on
+CPU is listed in each module's docstring.
 """
 
-from envace.verl_ext import advantage, agent_loop, trainer  # noqa: F401  (registration side effects)
+# registration side effects:
+from envace.verl_ext import advantage, agent_loop, per_role_trainer, trainer  # noqa: F401

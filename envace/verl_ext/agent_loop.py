@@ -27,16 +27,23 @@ requires ``trainer.use_v1=true``, the 0.9.1 default.)
 Modes (``envace.mode`` in the trainer config): ``rehearsal`` (EnvACE: the policy also rehearses, both
 roles' rows are trained) and ``external_simulator`` (standard-GRPO baseline: observations from an
 OpenAI-compatible completions server, see :class:`CompletionsBackend`; only ACT rows are emitted).
+``envace.roles=per_role`` (the per-role ablation, :mod:`envace.verl_ext.per_role_trainer`): the server
+manager is a :class:`envace.verl_ext.per_role.RoleRoutingClient`; ACT turns are generated through its
+``act`` client and REHEARSE replies through its ``rehearse`` client (the rollout runs with the
+REHEARSE policy as the answering backend, the same prompts and validation as the shared run), and both
+roles' rows are emitted for training (:func:`role_backends`).
 
 Simplifications: a trajectory that produced no trainable generation (prompt over the limit) yields one
 row with an empty response and reward 0, so its group still exists; the external simulator's replies
 are re-tokenised from text (they are never trained). Verified on CPU with a stand-in server manager
-backed by the tiny model (``tests/verl_ext``); the vLLM path runs only on GPU.
+backed by the tiny model (``tests/verl_ext``), and the per-role branch with scripted per-role stand-ins
+behind a ``RoleRoutingClient`` (``tests/verl_ext/test_per_role.py``); the vLLM path runs only on GPU.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 from uuid import uuid4
 
@@ -52,6 +59,7 @@ from envace.rollout import Mode, RolloutConfig, Trajectory, run_rollout
 
 __all__ = [
     "ServerManagerBackend",
+    "role_backends",
     "CompletionsBackend",
     "EnvaceAgentLoop",
     "trajectory_outputs",
@@ -156,9 +164,34 @@ def rollout_config_from(
     )
 
 
-def trajectory_outputs(traj: Trajectory, reward: float | None) -> list[AgentLoopOutput]:
-    """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring)."""
-    gens = [g for g in traj.generations if g.trainable]
+def role_backends(
+    server_manager: Any, base_params: dict[str, Any], config: RolloutConfig
+) -> tuple[ServerManagerBackend, ServerManagerBackend, RolloutConfig]:
+    """``(act, rehearse, config)`` for a per-role rollout.
+
+    ``server_manager`` must offer ``role_client(role)`` (:class:`envace.verl_ext.per_role.RoleRoutingClient`);
+    each role gets its own backend (and sticky request id). The returned config runs the rollout with the
+    REHEARSE backend as the answering model (``external_simulator`` in :mod:`envace.rollout`, which
+    marks its rows not trainable: :func:`trajectory_outputs` is then called with ``train_all=True``).
+    """
+    if config.mode != Mode.REHEARSAL:
+        raise ValueError(f"envace.roles=per_role needs envace.mode=rehearsal, got {config.mode}")
+    if not callable(getattr(server_manager, "role_client", None)):
+        raise TypeError(
+            "envace.roles=per_role needs a server manager with role_client() (RoleRoutingClient, set up by "
+            f"trainer mode envace_per_role_sync); got {type(server_manager).__name__}"
+        )
+    act = ServerManagerBackend(server_manager.role_client("act"), base_params)
+    rehearse = ServerManagerBackend(server_manager.role_client("rehearse"), base_params)
+    return act, rehearse, replace(config, mode=Mode.EXTERNAL_SIMULATOR)
+
+
+def trajectory_outputs(
+    traj: Trajectory, reward: float | None, train_all: bool = False
+) -> list[AgentLoopOutput]:
+    """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring);
+    ``train_all``: every generation (the per-role run trains its REHEARSE policy's replies too)."""
+    gens = [g for g in traj.generations if g.trainable or train_all]
     common = {"envace_termination": str(traj.termination), "envace_num_generations": len(gens)}
     outputs = []
     for i, g in enumerate(gens):
@@ -223,9 +256,13 @@ class EnvaceAgentLoop(AgentLoopBase):
         references = _plain(extra.get("references", []))
         config = rollout_config_from(self.envace_cfg, self.rollout_config, sampling_params)
         base = {k: v for k, v in sampling_params.items() if k not in ("temperature", "top_p")}
-        policy = ServerManagerBackend(self.server_manager, base)
+        per_role = self.envace_cfg.get("roles", "shared") == "per_role"
         simulator = sim_tok = None
-        if config.mode == Mode.EXTERNAL_SIMULATOR:
+        if per_role:
+            policy, simulator, config = role_backends(self.server_manager, base, config)
+        else:
+            policy = ServerManagerBackend(self.server_manager, base)
+        if config.mode == Mode.EXTERNAL_SIMULATOR and not per_role:
             simulator, sim_tok = self._simulator()
         traj = await run_rollout(
             policy,
@@ -237,7 +274,7 @@ class EnvaceAgentLoop(AgentLoopBase):
             simulator_tokenizer=sim_tok,
             references=list(references),
         )
-        return trajectory_outputs(traj, self._reward(traj, kwargs, extra))
+        return trajectory_outputs(traj, self._reward(traj, kwargs, extra), train_all=per_role)
 
     def _reward(self, traj: Trajectory, kwargs: dict[str, Any], extra: dict[str, Any]) -> float | None:
         if self._reward_fn is None:

@@ -5,6 +5,11 @@ override strings for verl's ``ppo_trainer``; :func:`compose` composes ``envace/v
 (which holds only differences from verl's defaults) with those overrides using Hydra's compose API, the
 same composition ``python -m verl.trainer.main_ppo --config-path ... --config-name <run>`` performs.
 Composition runs on CPU (no Ray, no GPU); the tests assert the paper's values on the result.
+
+A per-role run (``roles: per_role``) trains two policies: its ``nodes x gpus_per_node`` (the GPUs the
+training rule reserves) are split half/half by :func:`envace.verl_ext.per_role.split_nodes` into verl's
+``trainer.nnodes / n_gpus_per_node`` (the ACT policy) and ``envace.per_role.rehearse_nnodes /
+rehearse_n_gpus_per_node`` (the REHEARSE policy).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from envace.verl_ext.per_role import split_nodes
 
 __all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "compose"]
 
@@ -83,6 +90,12 @@ def run_overrides(
     }
     if r.get("algorithm") == "grpo":
         o["envace.simulator.model"] = r["simulator"]
+    if r.get("roles") == "per_role":  # nodes x gpus_per_node = both policies' pools (per_role.split_nodes)
+        split = split_nodes(r["nodes"], r["gpus_per_node"])
+        o["trainer.nnodes"] = split["act_nnodes"]
+        o["trainer.n_gpus_per_node"] = split["act_gpus_per_node"]
+        o["envace.per_role.rehearse_nnodes"] = split["rehearse_nnodes"]
+        o["envace.per_role.rehearse_n_gpus_per_node"] = split["rehearse_gpus_per_node"]
     ev = cfg.get("evaluation", {}).get("sampling", {})
     if ev:
         o["actor_rollout_ref.rollout.val_kwargs.temperature"] = ev["temperature"]

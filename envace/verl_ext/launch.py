@@ -7,6 +7,10 @@ via ``--config-path/--config-name`` plus overrides from ``config.yaml``), the en
 the driver exits that the last checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
 could run 0 steps and exit 0), and the done-file written atomically. On a multi-node run inside Slurm the
 driver runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers, node/GPU checks, teardown).
+A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b.yaml`` (trainer mode
+``envace_per_role_sync``, two policies; see :mod:`envace.verl_ext.per_role_trainer`); the Ray cluster
+spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
+cannot be split evenly exits 2 with the reason.
 Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the driver
 itself needs GPUs.
 """
@@ -32,11 +36,6 @@ SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ray_slurm_laun
 def build_command(cfg: Mapping[str, Any], run: str, checkpoint_dir: str) -> list[str]:
     """argv of the verl driver for ``run``; multi-node runs inside Slurm go through the Ray launcher."""
     spec = cfg["training"]["runs"][run]
-    if spec.get("roles") == "per_role":
-        raise NotImplementedError(
-            f"run {run!r}: the per-role-policy run is not implemented on verl 0.9.1 "
-            "(see envace/verl_ext/__init__.py for the plan)"
-        )
     data = f"{cfg['paths']['data']}/cm2_train.parquet"
     argv = [
         sys.executable,
@@ -80,8 +79,8 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str) -> int:
     """Run verl training for ``run``; returns the exit status (non-zero if the step did not advance)."""
     try:
         argv = build_command(cfg, run, checkpoint_dir)
-    except NotImplementedError as exc:
-        print(f"envace train: {exc}", file=sys.stderr)
+    except ValueError as exc:  # e.g. a per-role run whose GPUs cannot be split between its two policies
+        print(f"envace train: run {run}: {exc}", file=sys.stderr)
         return 2
     Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
     before = last_step(checkpoint_dir)

@@ -13,6 +13,12 @@ Implemented (GPU path; not runnable on CPU — it needs Ray, TransferQueue and t
   row per generation a step has many more rows, so the mini-batch is set to the whole (padded) batch for
   the duration of the call when ``envace.one_update_per_batch`` is true.
 
+- :meth:`EnvaceTrainer._build_replay_buffer`: verl 0.9.1 switches its sync-only behaviour on the mode
+  *name* (``trainer_mode == "sync"``: the sync replay buffer, the dataloader's ``gen_batch_size``, no
+  TransferQueue state in checkpoints); a trainer registered under another name would silently get the
+  async variants. The trainer therefore records ``trainer_mode = "sync"`` (its registered name stays
+  ``envace_sync``) before verl builds the buffer.
+
 Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is
 verl's. Unverified here: the exact TransferQueue field layout of ``extra_fields`` (read defensively, a
 missing role is a clear error).
@@ -49,6 +55,22 @@ def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
 class EnvaceTrainer(PPOTrainerSync):
     """verl's sync trainer with role-aware advantage groups; see the module docstring."""
 
+    def _build_replay_buffer(self) -> Any:
+        self.trainer_mode = "sync"  # see the module docstring: verl tests the name, not the class
+        self.parameter_sync_step = self.config.trainer.v1.get("sync", {}).get("parameter_sync_step", 1)
+        return super()._build_replay_buffer()
+
+    def _row_roles(self, batch: Any, extra_fields: Any = None) -> list[str | None]:
+        """Each row's role (``None`` for padding), read from TransferQueue unless ``extra_fields`` given."""
+        if extra_fields is None:
+            import transfer_queue as tq
+
+            extra_fields = tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+            )["extra_fields"]
+        tags = list(batch.tags) if batch.tags else [None] * len(batch.keys)
+        return [row_role(e, t) for e, t in zip(extra_fields, tags, strict=True)]
+
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
         import transfer_queue as tq
         from verl.utils.tensordict_utils import list_of_dict_to_tensordict
@@ -57,8 +79,7 @@ class EnvaceTrainer(PPOTrainerSync):
             keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"]
         )
         uids = [getattr(u, "data", u) for u in data["uid"]]
-        tags = list(batch.tags) if batch.tags else [None] * len(uids)
-        roles = [row_role(e, t) for e, t in zip(data["extra_fields"], tags, strict=True)]
+        roles = self._row_roles(batch, data["extra_fields"])
         grouped = role_group_ids(uids, roles)
         tq.kv_batch_put(
             keys=batch.keys,

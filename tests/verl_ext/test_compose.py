@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
+from verl.utils.config import validate_config
 
 from envace.config import load_config
 from envace.verl_ext.compose import RUN_FILES, compose, run_config_name, run_overrides
@@ -41,12 +42,22 @@ def test_paper_values(composed, run):
     assert c.trainer.save_freq == 50 and c.trainer.test_freq == 10
     assert a.use_kl_loss is False and a.kl_loss_coef == pytest.approx(1e-4) and c.envace.use_kl_loss is False
     assert c.algorithm.adv_estimator == "envace_role_wise" and c.algorithm.norm_adv_by_std_in_grpo is False
-    assert ro.agent.default_agent_loop == "envace_rehearsal" and c.trainer.v1.trainer_mode == "envace_sync"
+    mode = "envace_per_role_sync" if run == "per_role_8b" else "envace_sync"
+    assert ro.agent.default_agent_loop == "envace_rehearsal" and c.trainer.v1.trainer_mode == mode
     assert c.trainer.use_v1 is True  # the list-of-outputs agent-loop path needs the v1 trainer
     assert c.trainer.resume_mode == "auto" and c.trainer.default_local_dir == "/ck/" + run
     assert c.trainer.max_actor_ckpt_to_keep >= 2
     assert c.trainer.experiment_name == run
     OmegaConf.to_container(c, resolve=True)  # every interpolation resolves
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_verl_validate_config(composed, run):
+    """verl's own pre-flight check (main_ppo runs it before starting Ray) accepts every run, KL on or off."""
+    c = OmegaConf.create(OmegaConf.to_container(composed[run], resolve=True))
+    validate_config(c, use_reference_policy=False, use_critic=False)
+    c.actor_rollout_ref.actor.use_kl_loss = True
+    validate_config(c, use_reference_policy=True, use_critic=False)
 
 
 def test_run_specific(composed):
@@ -70,7 +81,12 @@ def test_yaml_files_agree_with_config_yaml(run):
     assert c.actor_rollout_ref.actor.optim.lr == pytest.approx(r["lr"])
     assert c.data.train_batch_size == r["prompts_per_step"]
     assert c.actor_rollout_ref.rollout.n == r["rollouts_per_prompt"]
-    assert c.trainer.nnodes == r["nodes"] and c.trainer.n_gpus_per_node == r["gpus_per_node"]
+    if r.get("roles") == "per_role":  # two policies: the ACT pool (verl's trainer.*) + the REHEARSE pool
+        pr = c.envace.per_role
+        gpus = c.trainer.nnodes * c.trainer.n_gpus_per_node + pr.rehearse_nnodes * pr.rehearse_n_gpus_per_node
+        assert gpus == r["nodes"] * r["gpus_per_node"]
+    else:
+        assert c.trainer.nnodes == r["nodes"] and c.trainer.n_gpus_per_node == r["gpus_per_node"]
     assert c.envace.use_kl_loss == r["kl"]["use_kl_loss"]
 
 

@@ -38,8 +38,52 @@ def test_env_adds_external_module():
     assert L.build_env(env)["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext"
 
 
-def test_per_role_refused(tmp_path):
-    assert L.launch(CFG, "per_role_8b", str(tmp_path / "ck"), str(tmp_path / "done.json")) == 2
+def test_per_role_launches(tmp_path, monkeypatch):
+    """per_role_8b is no longer refused: the driver runs with the per-role Hydra file and GPU split."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    ck, done = tmp_path / "ck", tmp_path / "done.json"
+    calls = []
+
+    def finish(argv, env):
+        calls.append((argv, env))
+        (ck / "latest_checkpointed_iteration.txt").write_text("470")
+        return 0
+
+    monkeypatch.setattr(L.subprocess, "call", finish)
+    assert L.launch(CFG, "per_role_8b", str(ck), str(done)) == 0
+    (argv, env), = calls
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"] and "--config-name=per_role_8b" in argv
+    expected = [
+        "trainer.nnodes=1",
+        "trainer.n_gpus_per_node=8",
+        "envace.per_role.rehearse_nnodes=1",
+        "envace.per_role.rehearse_n_gpus_per_node=8",
+        "envace.roles=per_role",
+        "envace.mode=rehearsal",
+        f"trainer.default_local_dir={ck}",
+        "trainer.resume_mode=auto",
+        "trainer.experiment_name=per_role_8b",
+    ]
+    for item in expected:
+        assert item in argv, item
+    assert "envace.verl_ext" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+    assert json.loads(done.read_text())["last_step"] == 470
+
+
+def test_per_role_multinode_reserves_all_nodes(monkeypatch):
+    """Inside Slurm the Ray launcher spans the run's nodes (both policies' pools), not the ACT half."""
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    argv = L.build_command(CFG, "per_role_8b", "/ck")
+    i = argv.index("--nodes")
+    assert argv[:2] == ["bash", str(L.SLURM_SCRIPT)]
+    assert argv[i + 1] == str(CFG["training"]["runs"]["per_role_8b"]["nodes"])
+
+
+def test_per_role_unsplittable_gpus_exit_2(tmp_path):
+    cfg = load_config("config/config.yaml")
+    cfg["training"]["runs"]["per_role_8b"]["nodes"] = 3
+    assert L.launch(cfg, "per_role_8b", str(tmp_path / "ck"), str(tmp_path / "done.json")) == 2
+    assert not (tmp_path / "done.json").exists()
 
 
 def test_resume_must_advance(tmp_path, monkeypatch):

@@ -1,0 +1,286 @@
+"""The per-role-policy trainer for verl 0.9.1 (``trainer.v1.trainer_mode=envace_per_role_sync``).
+
+A subclass of :class:`envace.verl_ext.trainer.EnvaceTrainer` (role-aware advantage groups, one optimizer
+step per batch, verl's sync mode) that trains **two policies with separate parameters**, both from the
+same base model: ACT (verl's own actor/rollout worker group and its vLLM replicas) and REHEARSE (a second
+worker group built the same way on its own resource pool, with its own replicas and weight sync). The
+layout helpers are in :mod:`envace.verl_ext.per_role`. verl 0.9.1 hooks used, no fork:
+
+- ``_init_resource_pool_mgr``: adds the REHEARSE pool (``envace.per_role.rehearse_nnodes x
+  rehearse_n_gpus_per_node``) next to verl's ``global_pool`` (the ACT policy, ``trainer.nnodes x
+  trainer.n_gpus_per_node``); verl's GPU availability check then counts both.
+- ``_setup``: after verl's setup (ACT side, its resume), builds the REHEARSE worker group from the same
+  worker class and ``actor_rollout_ref`` config, its ``LLMServerManager`` (replica ranks after the ACT
+  replicas, so Ray actor names do not collide) and a ``CheckpointEngineManager``; the trainer's
+  ``checkpoint_manager`` becomes :class:`PairedWeightSync`, so verl's sync-mode hooks (wake + update
+  weights after each step, sleep after sampling) act on both policies.
+- ``get_llm_client``: verl's ``TaskRunnerV1`` builds the agent-loop manager from it; it returns a
+  :class:`envace.verl_ext.per_role.RoleRoutingClient`, and the agent loop sends ACT turns to the ACT
+  policy's servers and REHEARSE replies to the REHEARSE policy's servers.
+- ``_step_once``: sample (verl's replay buffer), split the rows by ``envace_role`` (padding rows are
+  cleared; each part is re-padded for its own worker group), per role: balance, old log-probs (and
+  reference log-probs when the KL loss is on) on that role's policy; role-wise advantages **once on the
+  union** (groups ``(prompt uid, role)``, exactly as in the shared run); then each policy's update with
+  only its own rows (``_update_actor`` of :class:`EnvaceTrainer`: one optimizer step per batch per
+  policy). A role with no rows in a step is not updated that step. REHEARSE metrics are logged as
+  ``rehearse_actor/*`` (verl's ``actor/*`` names stay the ACT policy's).
+- ``_save_checkpoint`` / ``_load_checkpoint``: the REHEARSE policy is saved to
+  ``global_step_<N>/rehearse_actor`` before verl saves the ACT policy (``actor``), ``data.pt`` and the
+  tracker; on resume both are loaded from the same step, and a step folder without the REHEARSE policy
+  is an error, never a silent restart from the base model.
+
+The base methods that address "the" actor (``_balance_batch``, ``_compute_old_log_prob``,
+``_compute_ref_log_prob``, ``_update_actor``) are reused for the REHEARSE policy by pointing
+``actor_rollout_wg`` (and the colocated reference) at the REHEARSE worker group for the duration of the
+call (:meth:`PerRoleTrainer._policy`); verl has no worker-group parameter on them.
+
+Verified on CPU (tests/verl_ext/test_per_role_trainer.py), with stand-in worker groups and TransferQueue
+reads: the trainer is constructed from the composed ``per_role_8b`` config (sync replay buffer); both
+pools are in verl's resource-pool spec; the step routes each role's rows to its own worker group for
+log-probs (and reference log-probs) and updates and computes advantages once on the union; sampled
+padding rows are cleared; both weight syncs run in verl's sync hooks; the checkpoint layout and save
+order; resume loads both policies from one step and refuses a step folder without the REHEARSE policy.
+NOT verified (needs Ray, TransferQueue servers, GPUs and vLLM): building the second worker group
+(``_setup_rehearse_policy``), its replicas, its weight sync, and a real training step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.utils.debug import marked_timer
+
+from envace.verl_ext.per_role import (
+    REHEARSE_POOL,
+    ROLES,
+    TRAINER_MODE,
+    RoleRoutingClient,
+    check_per_role_config,
+    rehearse_checkpoint_dir,
+    resume_step_dir,
+    split_batch_by_role,
+)
+from envace.verl_ext.trainer import EnvaceTrainer
+
+__all__ = ["PairedWeightSync", "PerRoleTrainer", "prefix_metrics"]
+
+REHEARSE_ROLE_KEY = "envace_rehearse_actor_rollout"  # the REHEARSE pool's key in verl's pool mapping
+
+
+class PairedWeightSync:
+    """verl's ``CheckpointEngineManager`` interface over several managers (ACT, then REHEARSE)."""
+
+    def __init__(self, managers: list[Any]) -> None:
+        self.managers = list(managers)
+
+    def update_weights(self, global_steps: int | None = None) -> dict:
+        out: dict = {}
+        for m in self.managers:
+            out.update(m.update_weights(global_steps) or {})
+        return out
+
+    def sleep_replicas(self) -> None:
+        for m in self.managers:
+            m.sleep_replicas()
+
+    def wake_up_replicas(self) -> None:
+        for m in self.managers:
+            m.wake_up_replicas()
+
+
+def prefix_metrics(metrics: dict[str, Any], role: str) -> dict[str, Any]:
+    """ACT metrics unchanged; REHEARSE ``actor/x`` -> ``rehearse_actor/x``, others -> ``rehearse/x``."""
+    if role == "act":
+        return dict(metrics)
+    out = {}
+    for k, v in metrics.items():
+        if k.startswith("actor/"):
+            out["rehearse_actor/" + k[len("actor/"):]] = v
+        elif k.startswith("perf/mfu/actor"):
+            out[k.replace("perf/mfu/actor", "perf/mfu/rehearse_actor", 1)] = v
+        else:
+            out["rehearse/" + k] = v
+    return out
+
+
+@register_trainer(TRAINER_MODE)
+class PerRoleTrainer(EnvaceTrainer):
+    """Two policies (ACT, REHEARSE) with separate parameters; see the module docstring."""
+
+    def __init__(self, config: Any) -> None:
+        check_per_role_config(config)
+        super().__init__(config)
+        self.rehearse_wg: Any = None
+
+    # ------------------------------------------------------------------ set-up (GPU path)
+
+    def _init_resource_pool_mgr(self) -> None:
+        from verl.single_controller.ray import ResourcePoolManager
+
+        super()._init_resource_pool_mgr()
+        per_role = self.config.envace.per_role
+        spec = dict(self.resource_pool_manager.resource_pool_spec)
+        spec[REHEARSE_POOL] = [int(per_role.rehearse_n_gpus_per_node)] * int(per_role.rehearse_nnodes)
+        mapping = dict(self.resource_pool_manager.mapping)
+        mapping[REHEARSE_ROLE_KEY] = REHEARSE_POOL
+        self.resource_pool_manager = ResourcePoolManager(resource_pool_spec=spec, mapping=mapping)
+
+    def _setup(self) -> None:
+        super()._setup()  # the ACT policy: worker group, replicas, weight sync, resume (sets global_steps)
+        self._setup_rehearse_policy()
+        self._load_rehearse_checkpoint()
+
+    def _setup_rehearse_policy(self) -> None:
+        from verl.checkpoint_engine import CheckpointEngineManager
+        from verl.single_controller.ray import (
+            RayClassWithInitArgs,
+            RayWorkerGroup,
+            create_colocated_worker_cls,
+        )
+        from verl.trainer.ppo.utils import Role
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        role = next(r for r in (Role.ActorRolloutRef, Role.ActorRollout) if r in self.role_worker_mapping)
+        pool = self.resource_pool_manager.get_resource_pool(REHEARSE_ROLE_KEY)
+        worker = RayClassWithInitArgs(
+            cls=self.role_worker_mapping[role],
+            config=self.config.actor_rollout_ref,  # same base model and hyperparameters as ACT
+            distillation_config=self.config.get("distillation"),
+            role=str(role),
+        )
+        group = RayWorkerGroup(
+            resource_pool=pool,
+            ray_cls_with_init=create_colocated_worker_cls(class_dict={str(role): worker}),
+            device_name=self.config.trainer.device,
+        )
+        self.rehearse_wg = group.spawn(prefix_set=[str(role)])[str(role)]
+        self.rehearse_wg.init_model()
+        self.rehearse_server_manager = LLMServerManager.create(
+            config=self.config,
+            worker_group=self.rehearse_wg,
+            rollout_resource_pool=pool,
+            start_rank=len(self.llm_server_manager.get_replicas()),
+        )
+        engine_cfg = omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine)
+        engine_cfg.backend = "naive"  # colocated train + rollout on the REHEARSE pool, as verl does for ACT
+        rehearse_sync = CheckpointEngineManager(
+            config=engine_cfg, actor_wg=self.rehearse_wg, replicas=self.rehearse_server_manager.get_replicas()
+        )
+        rehearse_sync.sleep_replicas()
+        self.checkpoint_manager = PairedWeightSync([self.checkpoint_manager, rehearse_sync])
+
+    def get_llm_client(self) -> RoleRoutingClient:
+        clients = {"act": self.llm_server_manager, "rehearse": self.rehearse_server_manager}
+        return RoleRoutingClient({role: manager.get_client() for role, manager in clients.items()})
+
+    def _rollout_server_managers(self) -> list:
+        extra = getattr(self, "rehearse_server_manager", None)
+        return [*super()._rollout_server_managers(), *([extra] if extra is not None else [])]
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self) -> None:
+        import os
+
+        step_dir = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        remote = self.config.trainer.get("default_hdfs_dir", None)
+        if remote is not None:
+            remote = rehearse_checkpoint_dir(os.path.join(remote, f"global_step_{self.global_steps}"))
+        self.rehearse_wg.save_checkpoint(
+            rehearse_checkpoint_dir(step_dir),
+            remote,
+            self.global_steps,
+            max_ckpt_to_keep=self.config.trainer.get("max_actor_ckpt_to_keep", None),
+        )
+        super()._save_checkpoint()  # ACT (actor/), data.pt, then the tracker
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if self.rehearse_wg is not None:  # during verl's _setup it does not exist yet: see _setup
+            self._load_rehearse_checkpoint()
+
+    def _load_rehearse_checkpoint(self) -> None:
+        import os
+
+        step_dir = resume_step_dir(self.config.trainer, self.global_steps)
+        if step_dir is None:
+            return
+        path = rehearse_checkpoint_dir(step_dir)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(
+                f"resuming the per-role run at {step_dir}, but the REHEARSE policy ({path}) is missing: "
+                "refusing to continue with a REHEARSE policy reset to the base model"
+            )
+        self.rehearse_wg.load_checkpoint(
+            local_path=path, del_local_after_load=self.config.trainer.del_local_ckpt_after_load
+        )
+
+    # ------------------------------------------------------------------ one step
+
+    @contextmanager
+    def _policy(self, role: str) -> Iterator[None]:
+        """Point verl's actor (and a colocated reference) at ``role``'s worker group for the block."""
+        if role == "act":
+            yield
+            return
+        saved_actor = self.actor_rollout_wg
+        saved_ref = getattr(self, "ref_policy_wg", None)
+        self.actor_rollout_wg = self.rehearse_wg
+        if saved_ref is not None and saved_ref is saved_actor:
+            self.ref_policy_wg = self.rehearse_wg
+        try:
+            yield
+        finally:
+            self.actor_rollout_wg = saved_actor
+            if saved_ref is not None:
+                self.ref_policy_wg = saved_ref
+
+    def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> Any:
+        import transfer_queue as tq
+        from transfer_queue import KVBatchMeta
+
+        with marked_timer("gen", timing_raw, color="red"):
+            self.on_sample_begin()
+            batch, off_policy = self.replay_buffer.sample(
+                global_steps=self.global_steps, partition_id="train", batch_size=sample_batch_size
+            )
+            metrics.update(off_policy)
+            batch.extra_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+            self.on_sample_end()
+        if self.reward_loop_manager.reward_loop_worker_handles is None:
+            with marked_timer("reward", timing_raw, color="yellow"):
+                batch = self._compute_reward_colocate(batch, metrics=metrics)
+
+        parts, padding = split_batch_by_role(batch, self._row_roles(batch))
+        if not parts:
+            raise RuntimeError(f"step {self.global_steps}: the sampled batch has only padding rows")
+        if len(padding):
+            tq.kv_clear(keys=padding.keys, partition_id=padding.partition_id)
+        metrics.update({f"envace/rows/{r}": len(parts[r]) if r in parts else 0 for r in ROLES})
+        for role in list(parts):
+            role_metrics: dict = {}
+            with self._policy(role), marked_timer(f"old_log_prob_{role}", timing_raw, color="blue"):
+                part = self._balance_batch(parts[role], metrics=role_metrics)
+                part = self._compute_old_log_prob(part, metrics=role_metrics)
+                if self.use_reference_policy:
+                    part = self._compute_ref_log_prob(part, metrics=role_metrics)
+            parts[role] = part
+            metrics.update(prefix_metrics(role_metrics, role))
+
+        union = KVBatchMeta.concat([parts[r] for r in ROLES if r in parts])
+        with marked_timer("adv", timing_raw, color="brown"):
+            union = self._compute_advantage(union, metrics=metrics)  # role-wise, over both roles' rows
+
+        if self.config.trainer.critic_warmup <= self.global_steps:
+            for role in ROLES:
+                if role not in parts:
+                    continue
+                role_metrics = {}
+                with self._policy(role), marked_timer(f"update_actor_{role}", timing_raw, color="red"):
+                    self._update_actor(parts[role], metrics=role_metrics)
+                metrics.update(prefix_metrics(role_metrics, role))
+        return union
