@@ -13,8 +13,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip prints one warning per package for this machine's unused local index folders; hide only those.
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: smoke smoke-slurm smoke-pipeline test lint dryrun clean-smoke
-SMOKE_ARGS := --configfile config/smoke.yaml --config report_source=tests/data/smoke_results
+.PHONY: smoke smoke-slurm test lint dryrun clean-smoke
+SMOKE_ARGS := --workflow-profile none --configfile config/smoke.yaml
 
 $(STAMP): pyproject.toml
 	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, benchmarks, dev tools) ..."
@@ -26,31 +26,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c "import torch, verl, snakemake, bfcl_eval, tau2; assert torch.__version__.startswith('2.13.0')"
 	touch $@
 
-# Until training and evaluation land (issues #4-#7), the smoke DAG runs the reporting slice on the
-# shipped example results: tables, figures and the paper diff, all marked SMOKE.
+# The smoke-scale DAG on CPU: build + warm-start the tiny model, prepare the CM2 fixtures, train all five
+# runs (CPU trainer), evaluate with `transformers serve` (BFCL, tau^2 with the tiny model as user
+# simulator, FinMCP fixtures; Avg@2), the TTS sweep, rehearsal fidelity, then Tables 1-3, Figures 3-6,
+# the fidelity table and the paper diff, every output marked SMOKE. Re-running resumes where it stopped.
 smoke: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --workflow-profile none $(SMOKE_ARGS) -- all
-	@echo "[envace] smoke outputs:"
-	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}"
-	@echo "  figures:    figures/smoke/fig{3,4,5,6}_*.{pdf,png}"
+	$(BIN)/snakemake --profile profiles/local $(SMOKE_ARGS) -- all
+	@echo "[envace] smoke outputs (all marked SMOKE; not a reproduction):"
+	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}, results/smoke/tables/fidelity.md"
+	@echo "  figures:    figures/smoke/fig{3,4,5,6}_*.{pdf,png}, figures/smoke/fidelity.pdf"
 	@echo "  paper diff: results/smoke/paper_diff.md (and .json)"
+	@echo "  timings:    .venv/bin/python benchmarks/bench_smoke.py"
 
 # The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost
 # (root + Debian: `scripts/slurm_localhost.sh install && scripts/slurm_localhost.sh start` first).
 smoke-slurm: $(STAMP)
-	$(BIN)/snakemake --profile profiles/slurm-localhost --workflow-profile none $(SMOKE_ARGS) -- all
-
-# The real CPU pipeline on a slice of the smoke DAG: build the tiny model, prepare CM2 fixtures, train
-# all five runs (CPU trainer), evaluate with `transformers serve` (BFCL multi-turn, tau^2 with the tiny
-# model as user simulator, FinMCP), run the Table 3 TTS settings, then Tables 2-3, Figures 3-4 and
-# the rehearsal-fidelity table.
-# (VitaBench needs the source-installed `vita` package, so Table 1 is not in this slice yet.)
-PIPELINE_TARGETS := results/smoke/tables/table2.md results/smoke/tables/table3.md \
-	figures/smoke/fig3_ablation.pdf figures/smoke/fig4_scaling.pdf results/smoke/tables/fidelity.md
-smoke-pipeline: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile config/smoke.yaml \
-		-- $(PIPELINE_TARGETS)
-	@echo "[envace] pipeline outputs: results/smoke/tables/{table2,table3,fidelity}.md figures/smoke/fig{3,4}_*.pdf"
+	$(BIN)/snakemake --profile profiles/slurm-localhost $(SMOKE_ARGS) -- all
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -26,6 +26,7 @@ one vLLM 0.24 documents (not run here: no GPU).
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -59,7 +60,7 @@ class _HTTPBackend:
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode(errors="replace")
             raise BackendError(f"model server {self.url} answered HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             died = ""
             if self.server is not None and self.server.poll() is not None:
                 died = f" (the server process exited with code {self.server.poll()})"

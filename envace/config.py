@@ -205,6 +205,20 @@ def checkpoint_model_id(run: str, step: int) -> str:
     return f"{run}-step{step:04d}"
 
 
+def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every (model id, benchmark) evaluated with all seeds, sorted: Tables 1-2 and the Figure 5
+    checkpoints (``<run>-stepNNNN`` on ``evaluation.checkpoints.benchmark``)."""
+    pairs = {
+        (m, b)
+        for table in ("table1", "table2")
+        for m in cfg["evaluation"][table]["models"]
+        for b in cfg["evaluation"][table]["benchmarks"]
+    }
+    ckpt = cfg["evaluation"]["checkpoints"]
+    pairs |= {(checkpoint_model_id(ckpt["run"], s), ckpt["benchmark"]) for s in ckpt["steps"]}
+    return sorted(pairs)
+
+
 def _model_entry(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
     if model_id in cfg["models"]:
         return dict(cfg["models"][model_id])

@@ -33,7 +33,7 @@ Implemented, per step ``s`` (1-based):
    ``keep_checkpoints`` (>= 2) are kept. A new trainer on the same directory resumes from the tracker;
    metrics lines after the resumed step are discarded.
 
-Warm start (ours, configurable, on at smoke scale): before step 1 of a fresh run, ``warmstart_steps`` SFT
+Warm start (ours, configurable): before step 1 of a fresh run, ``warmstart_steps`` SFT
 steps (cross-entropy, its own AdamW) on each example's reference first-turn tool calls (ACT rows:
 initial prompt -> ``<tool_call>`` blocks), and with ``warmstart_rehearse`` also on the reference
 call/response pairs (REHEARSE rows: rehearsal prompt -> ``<execution_result>`` block), so the tiny model
@@ -71,6 +71,7 @@ from envace.reward import RewardResult
 from envace.rollout import GenerateBackend, Mode, RolloutConfig, Trajectory, run_rollout
 from envace.tiny_model import HFGenerateBackend
 from envace.tools import ChatTokens, ToolCall, render_tool_call
+from envace.warmstart import sft
 
 __all__ = ["TrainerSettings", "CpuTrainer", "TRACKER", "latest_step"]
 
@@ -281,8 +282,14 @@ class CpuTrainer:
             raise RuntimeError(f"checkpoint {ckpt} holds step {state['step']}, tracker says {step}")
         self.step_done = step
         metrics = self.dir / "metrics.jsonl"
-        if metrics.is_file():  # drop lines of steps that ran after this checkpoint
-            keep = [ln for ln in metrics.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
+        if metrics.is_file():  # drop lines of steps that ran after this checkpoint (and a torn last line)
+            keep = []
+            for ln in metrics.read_text().splitlines():
+                try:
+                    if ln and json.loads(ln)["step"] <= step:
+                        keep.append(ln)
+                except (ValueError, KeyError):
+                    break  # a line cut by a kill mid-write: nothing after it is trustworthy
             metrics.write_text("".join(ln + "\n" for ln in keep))
         self.log(f"resumed {self.s.run} from {ckpt}")
         return step
@@ -467,32 +474,10 @@ class CpuTrainer:
                 reply = f"<execution_result>{body}</execution_result>"
                 target = self.tokenizer.encode(reply, add_special_tokens=False) + [eos]
                 seqs["rehearse" if self.s.roles == "per_role" else "actor"].append((ids + target, len(ids)))
-        lr = self.s.warmstart_lr
-        optims = {k: torch.optim.AdamW(m.parameters(), lr=lr) for k, m in self.models.items()}
-        losses = []
-        for _ in range(self.s.warmstart_steps):
-            total = 0.0
-            for key, items in seqs.items():
-                if not items:
-                    continue
-                rows = sorted((_Row(key, "", "", ids, p, [], 0.0) for ids, p in items),
-                              key=lambda r: len(r.ids))
-                n_tokens = sum(r.response_len for r in rows)
-                model = self.models[key]
-                model.train()
-                loss = torch.zeros(())
-                for i in range(0, len(rows), self.s.micro_batch_rows):  # length-sorted micro-batches
-                    logp, mask, _ = self._forward(model, rows[i: i + self.s.micro_batch_rows])
-                    part = -(logp * mask).sum() / n_tokens
-                    part.backward()
-                    loss = loss + part.detach()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), self.s.grad_clip)
-                optims[key].step()
-                optims[key].zero_grad(set_to_none=True)
-                model.eval()
-                total += float(loss.detach())
-            losses.append(total)
-        return losses
+        per_model = [sft(self.models[key], items, self.s.warmstart_steps, self.s.warmstart_lr, self.pad_id,
+                         self.s.micro_batch_rows, self.s.grad_clip)
+                     for key, items in seqs.items() if items]
+        return [sum(step) for step in zip(*per_model, strict=True)]
 
     # ------------------------------------------------------------------------------------------ loop
     def train_step(self, step: int) -> dict[str, Any]:

@@ -161,8 +161,12 @@ def write_results(
     finished: str | None = None,
     git_commit: str | None = None,
     package_versions: Mapping[str, str] | None = None,
+    timing: Mapping[str, float] | None = None,
 ) -> Path:
     """Validate and write a complete result file and its manifest; returns the JSONL path.
+
+    ``timing`` (optional) is recorded as is: the evaluation runner writes ``wall_s`` and ``model_s`` (time
+    inside the model backend) of the process that finished the file, and the ``samples`` it ran.
 
     ``model`` is the model id (the setting id for test-time scaling). ``finished`` defaults to now (UTC);
     ``git_commit`` and
@@ -193,6 +197,8 @@ def write_results(
         "started": started,
         "finished": finished or _now(),
     }
+    if timing is not None:
+        manifest["timing"] = {k: round(float(v), 3) for k, v in timing.items()}
     problem = _schema_error("manifest", manifest)
     if problem:
         raise ResultsError(f"{manifest_path(path)}: {problem}")

@@ -3,7 +3,9 @@
 Implemented:
 - :func:`server_command`: the command line for ``vllm serve`` (GPU; ``--served-model-name``,
   ``--tensor-parallel-size``, ``--seed``, ``--max-model-len``, ``--gpu-memory-utilization``) or
-  ``transformers serve`` (CPU: the model is preloaded as ``FORCE_MODEL``, ``--device cpu``).
+  ``transformers serve`` (CPU: the model is preloaded as ``FORCE_MODEL``, ``--device cpu``; with
+  ``model_path=""`` no model is pinned and the server loads whichever model a request names, so one
+  process can serve several models — :class:`ServedModel`).
 - :func:`free_port`: a port the OS reports free on ``host``. Several jobs on one node may race for it,
   so :class:`Server` retries with a new port (up to ``attempts``) when the process exits before it is
   healthy.
@@ -11,8 +13,9 @@ Implemented:
   polls ``GET /health`` until it answers 200 (``ready_timeout`` seconds; a process that exits meanwhile
   fails at once with the tail of its log), exposes ``base_url`` (``http://host:port/v1``) and
   ``poll()`` (exit code or ``None``: used by the HTTP backends to tell "server died" from other
-  errors), and stops the whole group (SIGTERM, then SIGKILL after ``stop_timeout``) on ``stop()``,
-  context exit, interpreter exit (``atexit``) or — via :func:`install_signal_handlers` — SIGTERM/SIGINT.
+  errors) and ``exit_code(wait)`` (the same, waiting a little for a dying process), and stops the
+  whole group (SIGTERM, then SIGKILL after ``stop_timeout``) on ``stop()``, context exit, interpreter
+  exit (``atexit``) or — via :func:`install_signal_handlers` — SIGTERM/SIGINT.
 
 Verified here: the vLLM command line is composed and checked in tests (no GPU); ``transformers serve``
 with the tiny model is started for real in a test (see tests/eval/test_serving.py).
@@ -78,6 +81,9 @@ def server_command(
             cmd += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
         return cmd
     if kind == "transformers":
+        if not model_path:  # multi-model: loads what each request names; keep models for a whole job
+            return [_executable("transformers"), "serve", "--host", host, "--port", str(port),
+                    "--device", device, "--model-timeout", "86400"]
         return [_executable("transformers"), "serve", model_path, "--host", host, "--port", str(port),
                 "--device", device]
     raise ValueError(f"unknown server kind {kind!r} (vllm or transformers)")
@@ -129,6 +135,20 @@ class Server:
     def poll(self) -> int | None:
         """The exit code if the process has exited, else ``None``."""
         return None if self.proc is None else self.proc.poll()
+
+    def exit_code(self, wait: float = 0.0) -> int | None:
+        """The exit code, waiting up to ``wait`` seconds for the process to exit; ``None`` while it runs
+        (or when it was never started or has been stopped). After a dropped connection the process may
+        not have been reaped yet, so ``poll()`` alone can miss a server that is dying."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if wait <= 0:
+            return proc.poll()
+        try:
+            return proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _log_tail(self, n: int = 4000) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -212,6 +232,22 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServedModel:
+    """One model of a running multi-model server (``transformers serve`` started with no pinned model):
+    requests name it by ``served_name`` (its path); ``base_url`` and ``poll()`` are the server's."""
+
+    def __init__(self, server: Server, served_name: str) -> None:
+        self.server = server
+        self.served_name = served_name
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    def poll(self) -> int | None:
+        return self.server.poll()
 
 
 def install_signal_handlers() -> None:

@@ -356,7 +356,7 @@ class OpenAIUserModel:
     """
 
     def __init__(self, endpoint: Endpoint, temperature: float = DEFAULT_USER_TEMPERATURE,
-                 client: Any | None = None, timeout_s: float = 600.0) -> None:
+                 client: Any | None = None, timeout_s: float = 600.0, max_tokens: int | None = None) -> None:
         if client is None:
             import openai
 
@@ -364,11 +364,14 @@ class OpenAIUserModel:
         self.endpoint = endpoint
         self.temperature = temperature
         self.client = client
+        self.max_tokens = max_tokens
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  seed: int) -> UserTurn:
         kwargs: dict[str, Any] = {"model": self.endpoint.model, "messages": messages,
                                   "temperature": self.temperature, "seed": seed}
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
         if tools:
             kwargs["tools"] = tools
         response = self.client.chat.completions.create(**kwargs)
@@ -598,6 +601,8 @@ class Tau2Adapter:
         user_simulator: the user-simulator model name (config ``benchmarks.tau2.user_simulator``); the
             served name comes from ``Services.user_simulator`` at episode time.
         user_temperature: sampling temperature of the user simulator (tau2 default 0.0).
+        user_max_tokens: cap on each user-simulator reply (config ``user_max_tokens``; ``None`` = the
+            server's default, as tau2 does; smoke scale caps it because the tiny model rambles).
         task_split: tau2 task split (``base``: the 278 published tasks).
         user_model_factory: ``(tau2 task, services) -> UserModel``, replacing the OpenAI-compatible
             simulator (tests, gold replay).
@@ -607,10 +612,11 @@ class Tau2Adapter:
     name = "tau2"
 
     def __init__(self, user_simulator: str | None = None, user_temperature: float = DEFAULT_USER_TEMPERATURE,
-                 task_split: str = "base",
+                 user_max_tokens: int | None = None, task_split: str = "base",
                  user_model_factory: Callable[[Any, Services], UserModel] | None = None, **_: Any) -> None:
         self.user_simulator = user_simulator
         self.user_temperature = float(user_temperature)
+        self.user_max_tokens = user_max_tokens
         self.task_split = task_split
         self.user_model_factory = user_model_factory
         self._tasks: dict[str, tuple[str, Any]] = {}
@@ -622,6 +628,7 @@ class Tau2Adapter:
             "tau2_data_sha256": _data_digest(),
             "user_simulator": str(self.user_simulator),
             "user_simulator_temperature": str(self.user_temperature),
+            "user_simulator_max_tokens": str(self.user_max_tokens),
         }
 
     def load_tasks(self, splits: list[str], limit: int | None) -> list[Task]:
@@ -658,7 +665,8 @@ class Tau2Adapter:
         else:
             if services.user_simulator is None:
                 raise EpisodeError("tau2 needs a user simulator endpoint (Services.user_simulator)")
-            user_model = OpenAIUserModel(services.user_simulator, self.user_temperature)
+            user_model = OpenAIUserModel(services.user_simulator, self.user_temperature,
+                                         max_tokens=self.user_max_tokens)
             user_info = {"user_simulator": services.user_simulator.model,
                          "user_simulator_base_url": services.user_simulator.base_url,
                          "user_simulator_temperature": self.user_temperature}

@@ -7,11 +7,14 @@ each helper ``serve_gpus["30B"]``, matching what the Snakemake rule reserves) (`
 ``transformers`` on CPU — ``auto`` picks by ``torch.cuda.is_available()`` — or ``hf``: our in-process
 transformers route for tests and smoke, no server); serves the user simulator / judge models the
 benchmark config names (``user_simulator``, ``judge``) with the same server kind (or uses
-``--user-simulator-url`` / ``--judge-url``); runs every (task, sample) of the configured splits (``limit``
+``--user-simulator-url`` / ``--judge-url``; on CPU all models of the job — model, rehearser, user
+simulator, judge — share one ``transformers serve`` process that loads each model on first use, which
+saves a server start per extra model); runs every (task, sample) of the configured splits (``limit``
 tasks per split, ``samples`` per task, default 1) through :func:`envace.bench.runner.run_samples` with
 the evaluation sampling settings and the seed; writes the result file + manifest (``config_hash`` =
 :func:`envace.config.eval_hash`). Interrupted runs resume from ``<out>.partial.jsonl``. A server that
-dies stops the run with exit code 1 and a message; rerunning the same command resumes.
+dies stops the run with exit code 1 and a message naming each dead server and its exit code; rerunning
+the same command resumes.
 
 Test-time scaling: ``--tts-setting ID`` (what the Snakemake rule passes: ``no_tts`` or
 ``{parallel|sequential}_n{N}_{rehearser name}`` from ``tts.settings``), or equivalently ``--tts MODE --n N
@@ -144,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     from envace.config import ConfigError, eval_hash, load_config, tts_hash
     from envace.results import current_git_commit, installed_versions
     from envace.rollout import Mode, RolloutConfig
-    from envace.serving import Server, ServerError, install_signal_handlers
+    from envace.serving import ServedModel, Server, ServerError, install_signal_handlers
 
     cfg = load_config(args.config)
     if args.benchmark not in cfg["benchmarks"]:
@@ -176,7 +179,15 @@ def run(args: argparse.Namespace) -> int:
         gpu_pool = _visible_gpus() if server_kind == "vllm" else []
         serve_gpus = cfg.get("resources", {}).get("serve_gpus", {})
 
-        def serve(path: str, role: str) -> Server:
+        shared: list[Server] = []  # CPU: one multi-model `transformers serve` for every model of the job
+
+        def serve(path: str, role: str) -> Server | ServedModel:
+            if server_kind == "transformers":
+                if not shared:
+                    shared.append(stack.enter_context(Server(
+                        server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed, device=device,
+                        log_path=log_dir / f"{out.stem}.server.log")))
+                return ServedModel(shared[0], path)
             if path not in servers:
                 if role == "model":
                     n = args.gpus or serve_gpus.get(_model_size(cfg, args.model), 1)
@@ -184,12 +195,10 @@ def run(args: argparse.Namespace) -> int:
                     n = serve_gpus.get(_model_size(cfg, rehearser_id), 1)
                 else:  # helpers: the 30B user simulator / judge (as common.smk)
                     n = serve_gpus.get("30B", 4)
-                env = None
-                if server_kind == "vllm":
-                    if len(gpu_pool) < n:
-                        raise ServerError(f"{role} server needs {n} GPUs, only {len(gpu_pool)} left")
-                    env = {"CUDA_VISIBLE_DEVICES": ",".join(gpu_pool[:n])}
-                    del gpu_pool[:n]
+                if len(gpu_pool) < n:
+                    raise ServerError(f"{role} server needs {n} GPUs, only {len(gpu_pool)} left")
+                env = {"CUDA_VISIBLE_DEVICES": ",".join(gpu_pool[:n])}
+                del gpu_pool[:n]
                 servers[path] = stack.enter_context(
                     Server(
                         server_kind,
@@ -256,9 +265,10 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         except BackendError as exc:
+            dead = _dead_servers([*servers.values(), *shared])
             print(
-                f"envace eval: error: {exc}\nFinished samples are kept in {out}.partial.jsonl; rerun the "
-                "same command to resume.",
+                f"envace eval: error: {exc}\n{dead}Finished samples are kept in {out}.partial.jsonl; rerun "
+                "the same command to resume.",
                 file=sys.stderr,
             )
             return 1
@@ -269,6 +279,19 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _dead_servers(servers: Any) -> str:
+    """One line per server whose process has exited. Each gets up to 2 s to be reaped: the backend sees
+    the dropped connection a moment before the process is gone, so its own check can miss the death."""
+    lines = []
+    for srv in servers:
+        code = srv.exit_code(wait=2.0)
+        if code is not None:
+            what = srv.model_path or "this job's models"
+            lines.append(f"envace eval: the {srv.kind} server of {what} died (its process exited "
+                         f"with code {code}); server log: {srv.log_path}\n")
+    return "".join(lines)
 
 
 def _visible_gpus() -> list[str]:

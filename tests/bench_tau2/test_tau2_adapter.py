@@ -212,6 +212,10 @@ def test_openai_user_model_requests_and_parsing():
     assert req["tools"] == [{"type": "function"}]
     assert model.complete([], None, seed=7).content == "ok ###STOP###"
     assert "tools" not in client.requests[1]
+    assert "max_tokens" not in req  # tau2's default: the server decides
+    capped = _StandInClient([SimpleNamespace(content="hi", tool_calls=None)])
+    T.OpenAIUserModel(Endpoint("http://x/v1", "u"), client=capped, max_tokens=48).complete([], None, seed=1)
+    assert capped.requests[0]["max_tokens"] == 48
 
 
 def test_pass_hat_k_matches_hand_computation():

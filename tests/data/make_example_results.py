@@ -8,10 +8,7 @@ depend on generation order. Deliberately absent: ``scaleenv_8b`` on bfcl_v4, bfc
 split, and ``envace_8b-step0004``. One sample (envace_1p7b, tau2, seed 1, airline_0, sample 0) is a
 failure.
 
-With ``--smoke`` it instead writes a *complete* set (no deliberate gaps, every checkpoint) for
-``config/smoke.yaml`` into ``tests/data/smoke_results/``: the shipped results that ``make smoke`` reports
-on until the smoke DAG trains and evaluates for real. Models without a listed skill get one derived
-from their name. Re-run it after editing ``config/smoke.yaml`` (the manifests carry its hashes).
+Models without a listed skill get one derived from their name.
 
 Every line of a TTS setting other than ``no_tts`` carries ``extra["tts"]``: a record shaped like
 ``envace.tts.TTSRecord.as_dict()`` whose token counts are **synthetic** (``"synthetic": true``, prompt
@@ -19,7 +16,7 @@ version ``synthetic-example``; no model ran): attempts and memory grow with N, s
 the earlier ones, and the commit's context is its prompt (task + memory) plus 2-4 turns. They come from
 a second generator seeded from the path, so the scores are the same draws as without them.
 
-Run from the repository root: ``python tests/data/make_example_results.py [--smoke]``.
+Run from the repository root: ``python tests/data/make_example_results.py``.
 """
 
 from __future__ import annotations
@@ -32,14 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from envace.config import checkpoint_model_id, eval_hash, load_config, tts_hash
+from envace.config import checkpoint_model_id, eval_hash, evaluation_pairs, load_config, tts_hash
 from envace.results import eval_path, tts_path, write_results
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "example_config.yaml"
 OUT = HERE / "example_results"
-SMOKE_CONFIG = HERE.parents[1] / "config" / "smoke.yaml"
-SMOKE_OUT = HERE / "smoke_results"
 TASKS_PER_SPLIT = 3
 SAMPLES = {"tau2": 2}
 ABSENT_SPLITS = {"web_search_base"}
@@ -197,23 +192,15 @@ def _write(cfg: dict[str, Any], path: Path, name: str, bench: str, seed: int, co
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--smoke", action="store_true", help="complete set for config/smoke.yaml")
-    smoke = parser.parse_args().smoke
-    config, out = (SMOKE_CONFIG, SMOKE_OUT) if smoke else (CONFIG, OUT)
-    absent_evals = set() if smoke else ABSENT_EVALS
-    cfg = load_config(config)
+    argparse.ArgumentParser(description=__doc__).parse_args()
+    cfg = load_config(CONFIG)
+    out = OUT
     shutil.rmtree(out, ignore_errors=True)
-    evals = {
-        (m, b)
-        for t in ("table1", "table2")
-        for m in cfg["evaluation"][t]["models"]
-        for b in cfg["evaluation"][t]["benchmarks"]
-    }
     ckpt = cfg["evaluation"]["checkpoints"]
-    steps = ckpt["steps"] if smoke else ckpt["steps"][:1]
-    evals |= {(checkpoint_model_id(ckpt["run"], step), ckpt["benchmark"]) for step in steps}
-    for model, bench in sorted(evals - absent_evals):
+    # only the first checkpoint: Figure 5 then has a missing point on purpose
+    later = {checkpoint_model_id(ckpt["run"], step) for step in ckpt["steps"][1:]}
+    evals = {(m, b) for m, b in evaluation_pairs(cfg) if m not in later}
+    for model, bench in sorted(evals - ABSENT_EVALS):
         for seed in cfg["seeds"]:
             _write(cfg, eval_path(out, model, bench, seed), model, bench, seed, eval_hash(cfg, model, bench))
     for setting in cfg["tts"]["settings"]:

@@ -40,6 +40,8 @@ def test_episode_runs_user_turns_and_scores(toy, tmp_path):
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "user",
                                          "assistant", "tool", "assistant"]
     assert stats.samples == 6 and not (tmp_path / "r.jsonl.partial.jsonl").exists()
+    timing = res.manifest["timing"]
+    assert timing["samples"] == 6 and 0 <= timing["model_s"] <= timing["wall_s"]
 
 
 def test_garbage_and_endless_output_become_failed_samples(toy, tmp_path):

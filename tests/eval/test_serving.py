@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 
 from envace.backends import TextCompletionsBackend, VLLMCompletionsBackend
 from envace.bench.runner import BackendError
-from envace.serving import Server, ServerError, free_port, server_command
+from envace.serving import ServedModel, Server, ServerError, free_port, server_command
 
 FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
 
@@ -38,6 +40,8 @@ def test_vllm_and_transformers_command_lines():
                      "--tensor-parallel-size": "2", "--seed": "3", "--max-model-len": "20480"}
     cmd = server_command("transformers", "/m/tiny", host="127.0.0.1", port=9, device="cpu")
     assert cmd[1:3] == ["serve", "/m/tiny"] and cmd[cmd.index("--device") + 1] == "cpu"
+    multi = server_command("transformers", "", host="127.0.0.1", port=9, device="cpu")
+    assert multi[1:3] == ["serve", "--host"] and "--model-timeout" in multi  # nothing pinned
     with pytest.raises(ValueError):
         server_command("tgi", "/m", host="h", port=1)  # type: ignore[arg-type]
 
@@ -76,6 +80,16 @@ def test_server_health_backends_and_group_shutdown(tmp_path):
     assert not _alive(child)
 
 
+def test_exit_code_waits_for_a_killed_server(tmp_path):
+    server = Server("transformers", "m", command=[sys.executable, "-c", "import time; time.sleep(60)"],
+                    log_path=tmp_path / "s.log")
+    server.proc = subprocess.Popen(server.argv(0), start_new_session=True)
+    assert server.exit_code(wait=0.1) is None
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    assert server.exit_code(wait=5.0) == -signal.SIGKILL
+    server.stop()
+
+
 def test_server_that_exits_early_fails_with_its_log(tmp_path):
     script = "import sys; print('boom: no GPU'); sys.exit(3)"
     server = Server("vllm", "x", command=[sys.executable, "-c", script], ready_timeout=30, attempts=2,
@@ -94,15 +108,22 @@ def test_server_never_healthy_times_out(tmp_path):
 
 
 def test_real_transformers_serve_with_the_tiny_model(tmp_path):
+    """What `envace eval` does on CPU: one unpinned server, each model named by its path."""
     from envace.tiny_model import build_tiny_model, tiny_model_and_tokenizer
 
-    model_dir = build_tiny_model(tmp_path / "tiny")
+    first = build_tiny_model(tmp_path / "tiny0", seed=0)
+    second = build_tiny_model(tmp_path / "tiny1", seed=1)
     _, tok = tiny_model_and_tokenizer()
-    with Server("transformers", str(model_dir), ready_timeout=90, log_path=tmp_path / "ts.log") as server:
-        backend = TextCompletionsBackend(server.base_url, server.served_name, tok, server=server, seed=0)
-        prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                         tokenize=False)
-        ids, _ = asyncio.run(backend.generate(tok.encode(prompt), {"max_tokens": 4, "temperature": 0.6}))
-        assert 1 <= len(ids) <= 4
+    chat = [{"role": "user", "content": "hi"}]
+    prompt = tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))
+    params = {"max_tokens": 4, "temperature": 0.0}
+    with Server("transformers", "", ready_timeout=90, log_path=tmp_path / "ts.log") as server:
+        outputs = []
+        for model_dir in (first, second):
+            served = ServedModel(server, str(model_dir))
+            backend = TextCompletionsBackend(served.base_url, served.served_name, tok, server=served, seed=0)
+            ids, _ = asyncio.run(backend.generate(prompt, params))
+            assert 1 <= len(ids) <= 4
+            outputs.append(ids)
         pid = server.proc.pid
-    assert not _alive(pid)
+    assert not _alive(pid) and len(outputs) == 2

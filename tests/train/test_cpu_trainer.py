@@ -114,8 +114,10 @@ def test_kill_and_resume_gives_the_same_next_step(full_run, converted, tmp_path)
     first = _trainer(converted, tmp_path)
     first.train(until=2)
     # the "killed" process had logged a step 3 that never reached a checkpoint
+    # and was killed while writing the next line (torn JSON)
     with open(tmp_path / "metrics.jsonl", "a") as fh:
         fh.write(json.dumps({"step": 3, "actor/loss": 123.0}) + "\n")
+        fh.write('{"step": 4, "actor/lo')
     resumed = _trainer(converted, tmp_path, seed=1)  # different init: the checkpoint must overwrite it
     assert resumed.resumed_from == 2
     summary = resumed.train()

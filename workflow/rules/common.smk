@@ -9,6 +9,7 @@ from envace.config import (
     complete_config,
     config_hash,
     eval_hash,
+    evaluation_pairs,
     tts_hash,
 )
 
@@ -112,6 +113,22 @@ def model_ready(model):
     return []
 
 
+def tiny_model_data():
+    """The warm-start records of the tiny model when they are a local file (else nothing to track)."""
+    source = CFG["training"].get("data", {}).get("source", "")
+    steps = CFG.get("tiny_model", {}).get("warmstart_steps", 0)
+    return [source] if steps and os.path.isfile(source) else []
+
+
+def tiny_model_args():
+    tiny = CFG.get("tiny_model", {})
+    args = f"--seed {tiny.get('seed', 0)} --warmstart-steps {tiny.get('warmstart_steps', 0)}"
+    if tiny.get("warmstart_steps"):
+        source = CFG["training"]["data"]["source"]
+        args += f" --warmstart-data {source} --warmstart-lr {tiny.get('warmstart_lr', 1e-2)}"
+    return args
+
+
 def model_gpus(model):
     if IS_SMOKE:
         return 0
@@ -135,15 +152,7 @@ def eval_gpus(wildcards):
 # ---------------------------------------------------------------- the matrix
 def eval_pairs():
     """Every (model, benchmark) evaluated with all seeds: Tables 1-2 and the Figure 5 checkpoints."""
-    pairs = []
-    for table in ("table1", "table2"):
-        block = CFG["evaluation"][table]
-        pairs += [(m, b) for m in block["models"] for b in block["benchmarks"]]
-    ckpt = CFG["evaluation"]["checkpoints"]
-    pairs += [
-        (checkpoint_model_id(ckpt["run"], s), ckpt["benchmark"]) for s in ckpt["steps"]
-    ]
-    return sorted(set(pairs))
+    return evaluation_pairs(CFG)
 
 
 def eval_files(model, benchmark, root=None):

@@ -2,17 +2,24 @@
 
 
 rule build_tiny_model:
-    """Smoke scale: build the tiny Qwen3-architecture model and tokenizer in-process (no download)."""
+    """Smoke scale: build the tiny Qwen3-architecture model and tokenizer in-process (no download), then
+    warm-start it on the CM2 training records so its tool calls parse (config tiny_model).
+    """
+    input:
+        data=tiny_model_data(),
     output:
         done=f"{TINY_MODEL}/done.json",
     log:
         f"{RESULTS}/logs/build_tiny_model.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/build_tiny_model.tsv"
     conda:
         CONDA_ENV
     params:
         outdir=lambda wc, output: os.path.dirname(output.done),
+        warmstart=tiny_model_args(),
     shell:
-        "envace tiny-model --out {params.outdir} --done {output.done} > {log} 2>&1"
+        "envace tiny-model --out {params.outdir} --done {output.done} {params.warmstart} > {log} 2>&1"
 
 
 rule prepare_training_data:
@@ -22,6 +29,8 @@ rule prepare_training_data:
         summary=f"{DATA_DIR}/cm2_summary.json",
     log:
         f"{RESULTS}/logs/prepare_training_data.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare_training_data.tsv"
     conda:
         CONDA_ENV
     params:

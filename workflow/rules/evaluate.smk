@@ -12,6 +12,8 @@ rule evaluate:
         manifest=f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{{seed}}.manifest.json",
     log:
         f"{RESULTS}/logs/eval/{{model}}/{{benchmark}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate/{{model}}/{{benchmark}}/seed{{seed}}.tsv"
     conda:
         CONDA_ENV
     resources:

@@ -10,6 +10,8 @@ rule summary:
         f"{RESULTS}/summary/{{model}}/{{benchmark}}.json",
     log:
         f"{RESULTS}/logs/summary/{{model}}/{{benchmark}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/summary/{{model}}/{{benchmark}}.tsv"
     conda:
         CONDA_ENV
     params:
@@ -30,6 +32,8 @@ rule table:
         tex=f"{RESULTS}/tables/{{table}}.tex",
     log:
         f"{RESULTS}/logs/tables/{{table}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/table/{{table}}.tsv"
     wildcard_constraints:
         table="table[123]",
     conda:
@@ -52,8 +56,10 @@ rule figure:
         png=f"{FIGURES}/{{name}}.png",
     log:
         f"{RESULTS}/logs/figures/{{name}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figure/{{name}}.tsv"
     wildcard_constraints:
-        name="|".join(FIGURE_NAMES.values()),
+        name="|".join(n for f, n in FIGURE_NAMES.items() if f != "fig6"),
     conda:
         CONDA_ENV
     params:
@@ -62,6 +68,28 @@ rule figure:
         fig=lambda wc: wc.name.split("_")[0],
     shell:
         "envace figures {params.fig} --config {params.config} --results-dir {params.source} "
+        "--out {output.pdf} > {log} 2>&1"
+
+
+rule figure6:
+    """Figure 6 (TTS score vs N) with the final-execution context length per N, and those lengths as CSV."""
+    input:
+        figure_inputs("fig6"),
+    output:
+        pdf=f"{FIGURES}/{FIGURE_NAMES['fig6']}.pdf",
+        png=f"{FIGURES}/{FIGURE_NAMES['fig6']}.png",
+        context=f"{FIGURES}/{FIGURE_NAMES['fig6']}_context.csv",
+    log:
+        f"{RESULTS}/logs/figures/{FIGURE_NAMES['fig6']}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figure/fig6.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
+        source=lambda wc, input: REPORT_SOURCE,
+    shell:
+        "envace figures fig6 --config {params.config} --results-dir {params.source} "
         "--out {output.pdf} > {log} 2>&1"
 
 
@@ -75,6 +103,8 @@ rule paper_diff:
         json=f"{RESULTS}/paper_diff.json",
     log:
         f"{RESULTS}/logs/paper_diff.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/paper_diff.tsv"
     conda:
         CONDA_ENV
     params:
@@ -93,6 +123,8 @@ rule fidelity:
         f"{RESULTS}/fidelity/{{model}}/{{benchmark}}.json",
     log:
         f"{RESULTS}/logs/fidelity/{{model}}/{{benchmark}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/fidelity/{{model}}/{{benchmark}}.tsv"
     conda:
         CONDA_ENV
     params:
@@ -114,6 +146,8 @@ rule fidelity_report:
         pdf=f"{FIGURES}/fidelity.pdf",
     log:
         f"{RESULTS}/logs/fidelity/report.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/fidelity_report.tsv"
     conda:
         CONDA_ENV
     shell:

@@ -11,6 +11,8 @@ rule train:
         done=protected(f"{RESULTS}/train/{{run}}/done.json"),
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{run}}.tsv"
     conda:
         CONDA_ENV
     resources:

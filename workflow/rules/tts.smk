@@ -11,6 +11,8 @@ rule tts_evaluate:
         manifest=f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.manifest.json",
     log:
         f"{RESULTS}/logs/tts/{{setting}}/{{benchmark}}/seed{{seed}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tts_evaluate/{{setting}}/{{benchmark}}/seed{{seed}}.tsv"
     conda:
         CONDA_ENV
     resources:

@@ -1,0 +1,123 @@
+"""Supervised warm start for the tiny smoke model (ours; smoke scale only, never at paper scale).
+
+Why: an untrained tiny model answers every prompt with whitespace. No tool call of it parses, every
+reward is zero, and a tau^2 user simulator served from it never states a request, so most code paths
+would go unexercised at smoke scale. A few SFT steps on the CM2 fixture records fix that.
+
+Implemented:
+- :func:`sft_sequences` — ``(token ids, prompt length)`` pairs from CM2 training examples, two
+  behaviours told apart by the system turn:
+  - *acting* (tools listed in the system turn): the example's initial prompt -> its reference first-turn
+    tool calls as hermes ``<tool_call>`` blocks;
+  - *simulated user* (no tools): a user-simulator chat (:data:`USER_SYSTEM` + the agent's greeting) ->
+    the example's first user request as plain text.
+  Each prompt is rendered both without template arguments (what ``transformers serve`` and our
+  evaluation use) and with ``enable_thinking=False`` (Qwen3's empty think block).
+- :func:`sft` — cross-entropy steps on the response tokens (summed over all responses, divided by their
+  count), AdamW, gradient clipping, length-sorted micro-batches; returns the loss per step. Also used by
+  the CPU trainer's per-run warm start (:meth:`envace.cpu_trainer.CpuTrainer.warm_start`).
+
+Simplification: the reference final answers and later turns are not trained on; the model only needs to
+emit parseable protocol text, not good answers. Limit: the fixture prompts are short (about 200-400
+tokens), and the 2-layer model does not carry the behaviour to the 8-9k-token prompts of tau^2 and BFCL
+(tau^2's policy, BFCL's tool docs): there it still emits no parseable call (it does on the short CM2
+and FinMCP prompts), and as tau^2's simulated user it answers with non-empty text, which is what the
+conversation needs to proceed. Training on such long prompts costs minutes of CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from envace.data import TrainingExample
+from envace.tools import ToolCall, render_tool_call
+
+__all__ = ["USER_SYSTEM", "GREETING", "sft_sequences", "sft"]
+
+#: System turn of the simulated-user examples (our wording).
+USER_SYSTEM = "You play a customer talking to an assistant. State your request in one message."
+#: The agent's opening line the simulated user answers (our wording).
+GREETING = "Hi! How can I help you today?"
+
+_TEMPLATE_VARIANTS: tuple[dict[str, Any], ...] = ({}, {"enable_thinking": False})
+
+
+def _prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                template_kwargs: dict[str, Any]) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                         add_generation_prompt=True, **template_kwargs)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _first_user_text(example: TrainingExample) -> str | None:
+    for message in example.prompt:
+        if message["role"] == "user" and str(message["content"]).strip():
+            return str(message["content"])
+    return None
+
+
+def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any) -> list[tuple[list[int], int]]:
+    """SFT rows ``(prompt ids + response ids + [eos], len(prompt ids))`` (see the module docstring)."""
+    eos = tokenizer.eos_token_id
+    rows: list[tuple[list[int], int]] = []
+    for ex in examples:
+        targets: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]] = []
+        calls = [ToolCall(c["name"], c["arguments"]) for c in ex.reference_calls]
+        if calls:
+            targets.append((ex.prompt, ex.tools, "\n".join(render_tool_call(c) for c in calls)))
+        request = _first_user_text(ex)
+        if request is not None:
+            chat = [{"role": "system", "content": USER_SYSTEM}, {"role": "user", "content": GREETING}]
+            targets.append((chat, None, request))
+        for messages, tools, text in targets:
+            target = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
+            for kwargs in _TEMPLATE_VARIANTS:
+                ids = _prompt_ids(tokenizer, messages, tools, kwargs)
+                rows.append((ids + target, len(ids)))
+    return rows
+
+
+def _response_nll(model: torch.nn.Module, rows: list[tuple[list[int], int]], pad_id: int) -> torch.Tensor:
+    """Summed negative log-likelihood of the response tokens of ``rows`` (a scalar)."""
+    length = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), length), dtype=torch.long)
+    labels = torch.full((len(rows), length), -100, dtype=torch.long)
+    for b, (seq, prompt_len) in enumerate(rows):
+        ids[b, : len(seq)] = torch.tensor(seq)
+        attn[b, : len(seq)] = 1
+        labels[b, prompt_len: len(seq)] = torch.tensor(seq[prompt_len:])
+    logits = model(input_ids=ids, attention_mask=attn).logits.float()  # (B, L, V)
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100,
+        reduction="sum")
+
+
+def sft(model: torch.nn.Module, rows: list[tuple[list[int], int]], steps: int, lr: float, pad_id: int,
+        micro_batch_rows: int = 8, grad_clip: float = 1.0) -> list[float]:
+    """``steps`` full-batch SFT steps on ``rows``; returns the mean token loss of each step.
+
+    Leaves ``model`` in eval mode. An empty ``rows`` or ``steps == 0`` trains nothing.
+    """
+    if not rows or steps <= 0:
+        return []
+    rows = sorted(rows, key=lambda r: len(r[0]))
+    n_tokens = sum(len(seq) - p for seq, p in rows)
+    optim = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses: list[float] = []
+    model.train()
+    for _ in range(steps):
+        total = 0.0
+        for i in range(0, len(rows), micro_batch_rows):
+            part = _response_nll(model, rows[i: i + micro_batch_rows], pad_id) / n_tokens
+            part.backward()
+            total += float(part.detach())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+        losses.append(total)
+    model.eval()
+    return losses
