@@ -2,8 +2,9 @@
 
 Reads what a finished smoke run leaves behind — Snakemake's per-job benchmark files
 (``<results>/benchmarks/<rule>/...tsv``, written by every rule's ``benchmark:``) and the ``timing`` of the
-evaluation manifests (``wall_s``, ``model_s``) — and prints Markdown tables. With ``--run`` it first runs
-the smoke DAG from scratch (``make clean-smoke``, then ``make smoke``) and reports its wall time.
+evaluation manifests (wall time of the sample loops; CPU seconds of the model servers vs of the
+``envace eval`` processes: model compute vs harness) — and prints Markdown tables. With ``--run`` it first
+runs the smoke DAG from scratch (``make clean-smoke``, then ``make smoke``) and reports its wall time.
 
 Usage:
     .venv/bin/python benchmarks/bench_smoke.py [--run] [--results results/smoke]
@@ -36,17 +37,17 @@ def rule_table(results: Path) -> tuple[list[tuple[str, int, float, float, float]
     return table, sum(row[2] for row in table)
 
 
-def model_share(results: Path) -> tuple[int, float, float]:
-    """``(result files, runner wall s, model s)`` over evaluation and TTS manifests with ``timing``."""
-    files, wall, model = 0, 0.0, 0.0
+def model_share(results: Path) -> dict[str, float]:
+    """Sums of the ``timing`` fields over evaluation and TTS manifests (``files``: how many had one)."""
+    sums: dict[str, float] = defaultdict(float)
     for manifest in list((results / "eval").rglob("*.manifest.json")) + list(
             (results / "tts").rglob("*.manifest.json")):
         timing = json.loads(manifest.read_text()).get("timing")
         if timing:
-            files += 1
-            wall += float(timing["wall_s"])
-            model += float(timing["model_s"])
-    return files, wall, model
+            sums["files"] += 1
+            for key, value in timing.items():
+                sums[key] += float(value)
+    return sums
 
 
 def main() -> None:
@@ -69,14 +70,17 @@ def main() -> None:
     for rule, jobs, total, mean, worst in table:
         print(f"| {rule} | {jobs} | {total:.0f} | {mean:.1f} | {worst:.1f} | {total / job_s:.0%} |")
     print(f"| all | {sum(r[1] for r in table)} | {job_s:.0f} | | | 100% |")
-    files, wall, model = model_share(results)
-    if files:
+    t = model_share(results)
+    if t.get("files"):
         eval_jobs = sum(total for rule, _, total, _, _ in table if rule in ("evaluate", "tts_evaluate"))
-        print(f"\nevaluation jobs ({files} result files): {eval_jobs:.0f} s in all; the sample loop "
-              f"{wall:.0f} s, of which {model:.0f} s ({model / wall:.0%}) inside the model backend and "
-              f"{wall - model:.0f} s ({(wall - model) / wall:.0%}) in harness, benchmark environments and "
-              f"helper servers (user simulator); the remaining {eval_jobs - wall:.0f} s are process start, "
-              "imports and model-server start-up.")
+        print(f"\nevaluation + TTS jobs ({t['files']:.0f} result files): {eval_jobs:.0f} s wall in all, of "
+              f"which {t['wall_s']:.0f} s in the sample loops (the rest: process start, imports, server "
+              "start).")
+        if "server_cpu_s" in t:
+            cpu = t["server_cpu_s"] + t["process_cpu_s"]
+            print(f"CPU time: model servers (model, user simulator, rehearser) {t['server_cpu_s']:.0f} s "
+                  f"({t['server_cpu_s'] / cpu:.0%}); the envace eval processes (harness, benchmark "
+                  f"environments, imports) {t['process_cpu_s']:.0f} s ({t['process_cpu_s'] / cpu:.0%}).")
 
 
 if __name__ == "__main__":

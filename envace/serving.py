@@ -15,7 +15,8 @@ Implemented:
   ``poll()`` (exit code or ``None``: used by the HTTP backends to tell "server died" from other
   errors) and ``exit_code(wait)`` (the same, waiting a little for a dying process), and stops the
   whole group (SIGTERM, then SIGKILL after ``stop_timeout``) on ``stop()``, context exit, interpreter
-  exit (``atexit``) or — via :func:`install_signal_handlers` — SIGTERM/SIGINT.
+  exit (``atexit``) or — via :func:`install_signal_handlers` — SIGTERM/SIGINT. ``launch()`` +
+  ``wait_ready()`` split the start so a caller can overlap its own start-up with the server's.
 
 Verified here: the vLLM command line is composed and checked in tests (no GPU); ``transformers serve``
 with the tiny model is started for real in a test (see tests/eval/test_serving.py).
@@ -121,6 +122,7 @@ class Server:
         self.cmd_kwargs = cmd_kwargs
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._launches = 0
 
     @property
     def base_url(self) -> str:
@@ -135,6 +137,27 @@ class Server:
     def poll(self) -> int | None:
         """The exit code if the process has exited, else ``None``."""
         return None if self.proc is None else self.proc.poll()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) used so far by the server process and its children; 0 if not running.
+        On CPU this is the model compute of the job's served models."""
+        import psutil
+
+        if self.proc is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                continue
+        return total
 
     def exit_code(self, wait: float = 0.0) -> int | None:
         """The exit code, waiting up to ``wait`` seconds for the process to exit; ``None`` while it runs
@@ -155,33 +178,46 @@ class Server:
             return ""
         return self.log_path.read_bytes()[-n:].decode(errors="replace")
 
-    def start(self) -> Server:
-        """Start and wait until healthy; raises :class:`ServerError` otherwise."""
-        last = ""
-        for _ in range(max(1, self.attempts)):
-            self.port = self.requested_port or free_port(self.host)
-            if self.log_path is None:
-                import tempfile
+    def launch(self) -> Server:
+        """Start the process on a fresh port without waiting (see :meth:`wait_ready`): a caller can do
+        other start-up work (imports, loading tasks) while the server boots."""
+        self.port = self.requested_port or free_port(self.host)
+        if self.log_path is None:
+            import tempfile
 
-                fd, name = tempfile.mkstemp(prefix="envace-server-", suffix=".log")
-                os.close(fd)
-                self.log_path = Path(name)
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.log_path, "ab")
-            env = {**os.environ, **(self.env or {})}
-            self.proc = subprocess.Popen(self.argv(self.port), stdout=self._log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-            atexit.register(self.stop)
+            fd, name = tempfile.mkstemp(prefix="envace-server-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        env = {**os.environ, **(self.env or {})}
+        self.proc = subprocess.Popen(self.argv(self.port), stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        self._launches += 1
+        atexit.register(self.stop)
+        return self
+
+    def wait_ready(self) -> Server:
+        """Wait until the launched server is healthy; a process that exits first (e.g. another job took
+        the port) is relaunched on a new port, up to ``attempts`` launches. Raises :class:`ServerError`."""
+        while True:
             try:
                 self._wait_healthy()
                 return self
             except ServerError as exc:
-                last = str(exc)
                 exited = self.poll() is not None
                 self.stop()
-                if not exited or self.requested_port:
-                    break  # a timeout, or a fixed port: retrying would not help
-        raise ServerError(last)
+                if not exited or self.requested_port or self._launches >= max(1, self.attempts):
+                    raise  # a timeout, a fixed port, or out of attempts: retrying would not help
+                last = str(exc)
+                try:
+                    self.launch()
+                except OSError as launch_error:
+                    raise ServerError(f"{last}\nrelaunch failed: {launch_error}") from launch_error
+
+    def start(self) -> Server:
+        """Start and wait until healthy (:meth:`launch` + :meth:`wait_ready`)."""
+        return self.launch().wait_ready()
 
     def _wait_healthy(self) -> None:
         url = f"http://{self.host}:{self.port}{self.health_path}"

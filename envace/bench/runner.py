@@ -265,6 +265,7 @@ async def run_samples(
     progress: bool = True,
     keep_trajectory: bool = True,
     episode_fn: EpisodeFn | None = None,
+    extra_timing: Callable[[], dict[str, float]] | None = None,
 ) -> tuple[Path, RunStats]:
     """Run every ``(task, sample)`` not finished yet, then write ``out`` + manifest.
 
@@ -273,7 +274,9 @@ async def run_samples(
     :func:`run_episode`; test-time scaling passes its own, with the same signature).
     ``manifest``: keyword arguments of
     :func:`envace.results.write_results` other than ``path``/``lines``/``started``/``benchmark``/``seed``
-    (``model``, ``scale``, ``config_hash``, optionally ``package_versions``).
+    (``model``, ``scale``, ``config_hash``, optionally ``package_versions``). The manifest's ``timing``
+    holds ``wall_s``, ``model_s`` and ``samples`` of this call, plus whatever ``extra_timing()`` returns
+    (``envace eval``: the CPU seconds of its model servers and of its own process).
     Raises :class:`BackendError` when the backend fails (the partial file keeps what finished).
     """
     stats = RunStats()
@@ -336,6 +339,8 @@ async def run_samples(
     )
     stats.wall_s = time.perf_counter() - t_start
     timing = {"wall_s": stats.wall_s, "model_s": stats.model_s, "samples": stats.samples}
+    if extra_timing is not None:
+        timing.update(extra_timing())
     path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started,
                          timing=timing, **manifest)
     partial.remove()

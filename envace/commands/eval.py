@@ -159,6 +159,15 @@ def run(args: argparse.Namespace) -> int:
     bcfg = dict(cfg["benchmarks"][args.benchmark])
     model_path = args.model_path or str(resolve_checkpoint(args.checkpoint_dir, args.step))
     out = Path(args.out)
+    kind = _backend_kind(args.backend)
+    server_kind = "vllm" if kind == "vllm" else "transformers"
+    device = "cuda" if server_kind == "vllm" else "cpu"
+    install_signal_handlers()
+    log_dir = out.parent / "serve_logs"
+    # CPU: boot the job's one multi-model server now, while the benchmark and its tasks load
+    early = (Server(server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed, device=device,
+                    log_path=log_dir / f"{out.stem}.server.log").launch()
+             if kind == "transformers" else None)
     adapter = get_adapter(args.benchmark, config=bcfg, work_dir=out.parent / f".{out.stem}.work")
     tasks = adapter.load_tasks(list(bcfg["splits"]), bcfg.get("limit"))
     sampling = cfg["evaluation"]["sampling"]
@@ -169,11 +178,6 @@ def run(args: argparse.Namespace) -> int:
         max_response_tokens=int(sampling["max_tokens"]),
         act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens") if k in sampling},
     )
-    kind = _backend_kind(args.backend)
-    server_kind = "vllm" if kind == "vllm" else "transformers"
-    device = "cuda" if server_kind == "vllm" else "cpu"
-    install_signal_handlers()
-    log_dir = out.parent / "serve_logs"
     with ExitStack() as stack:
         servers: dict[str, Server] = {}
         gpu_pool = _visible_gpus() if server_kind == "vllm" else []
@@ -184,9 +188,10 @@ def run(args: argparse.Namespace) -> int:
         def serve(path: str, role: str) -> Server | ServedModel:
             if server_kind == "transformers":
                 if not shared:
-                    shared.append(stack.enter_context(Server(
-                        server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed, device=device,
-                        log_path=log_dir / f"{out.stem}.server.log")))
+                    srv = early or Server(server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed,
+                                          device=device, log_path=log_dir / f"{out.stem}.server.log").launch()
+                    stack.callback(srv.stop)
+                    shared.append(srv.wait_ready())
                 return ServedModel(shared[0], path)
             if path not in servers:
                 if role == "model":
@@ -213,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
                 )
             return servers[path]
 
+        if early is not None:
+            stack.callback(early.stop)  # also when no model ends up asking for it
         rehearser_id = (
             cfg["tts"]["rehearsers"][setting.rsplit("_", 1)[1]] if setting not in (None, "no_tts") else None
         )
@@ -262,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
                     concurrency=concurrency,
                     progress=not args.no_progress,
                     episode_fn=episode_fn,
+                    extra_timing=lambda: _cpu_timing([*servers.values(), *shared]),
                 )
             )
         except BackendError as exc:
@@ -279,6 +287,16 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _cpu_timing(servers: Any) -> dict[str, float]:
+    """CPU seconds so far of this job's model servers (model compute) and of this process (harness,
+    benchmark environment, imports; with ``--backend hf`` also the in-process model)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {"server_cpu_s": sum(srv.cpu_seconds() for srv in servers),
+            "process_cpu_s": own.ru_utime + own.ru_stime}
 
 
 def _dead_servers(servers: Any) -> str:
