@@ -2,7 +2,8 @@
 
 Implemented:
 - :func:`build_tiny_tokenizer` — a byte-level BPE (``tokenizers``) trained on a small built-in corpus,
-  with the special tokens of Qwen3's chat/tool protocol, wrapped as a ``PreTrainedTokenizerFast`` with a
+  with the chat markers of Qwen3 as special tokens and its tool/think tags as single non-special added
+  tokens (as Qwen3 marks them), wrapped as a ``PreTrainedTokenizerFast`` with a
   Qwen3-style Jinja chat template written for this project: system/user/assistant/tool roles, tools
   listed in the system turn, assistant ``tool_calls`` as hermes ``<tool_call>`` blocks, consecutive tool
   messages grouped into one user turn as ``<tool_response>`` blocks, ``<think>`` handling as in Qwen3
@@ -24,6 +25,7 @@ The model is untrained: its outputs are random byte sequences, useful only for e
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,8 @@ SPECIAL_TOKENS = [
     "<think>",
     "</think>",
 ]
+#: Single added tokens that are not "special" (kept by ``decode(skip_special_tokens=True)``), as in Qwen3.
+PROTOCOL_TOKENS = SPECIAL_TOKENS[3:]
 
 CHAT_TEMPLATE = r"""
 {%- set ns = namespace(last_user=-1) -%}
@@ -171,11 +175,17 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
+    # As in Qwen3, only the chat markers are *special*; the protocol tags are plain added tokens, so a
+    # server that decodes with skip_special_tokens (transformers serve) keeps <tool_call> in its text.
+    spec = json.loads(tok.to_str())
+    for added in spec["added_tokens"]:
+        added["special"] = added["content"] not in PROTOCOL_TOKENS
+    tok = Tokenizer.from_str(json.dumps(spec))
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIAL_TOKENS[1:],
+        additional_special_tokens=[t for t in SPECIAL_TOKENS[1:] if t not in PROTOCOL_TOKENS],
         chat_template=CHAT_TEMPLATE,
         model_max_length=32768,
     )

@@ -41,6 +41,10 @@ def test_save_and_load_with_auto_classes(tmp_path) -> None:
         a = model(input_ids=torch.tensor([ids])).logits
         b = ref_model(input_ids=torch.tensor([ids])).logits
     torch.testing.assert_close(a, b)
+    # as in Qwen3, tool tags survive a server's skip_special_tokens decode; chat markers do not
+    call = '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'
+    reply = tok.encode(call + "<|im_end|>", add_special_tokens=False)
+    assert tok.decode(reply, skip_special_tokens=True) == call
 
 
 def test_chat_template_qwen3_style(tokenizer) -> None:
