@@ -168,7 +168,7 @@ def to_markdown(table: Table, header: str) -> str:
     heads = ["Method"] + [
         f"{TITLES.get(c, (c,))[0]} {w}" for c in table.columns for w in ("(ours)", "(paper)")
     ]
-    lines = [f"# {table.name}: {table.caption}", "", f"_{header}_", ""]
+    lines = [f"# {table.name} (paper caption: {table.caption})", "", f"_{header}_", ""]
     lines.append("| " + " | ".join(heads) + " |")
     lines.append("|---" + "|---:" * (len(heads) - 1) + "|")
     for row in table.rows:
