@@ -20,9 +20,10 @@ Implemented:
 Simplification: the reference final answers and later turns are not trained on; the model only needs to
 emit parseable protocol text, not good answers. Limit: the fixture prompts are short (about 200-400
 tokens), and the 2-layer model does not carry the behaviour to the 8-9k-token prompts of tau^2 and BFCL
-(tau^2's policy, BFCL's tool docs): there it still emits no parseable call (it does on the short CM2
-and FinMCP prompts), and as tau^2's simulated user it answers with non-empty text, which is what the
-conversation needs to proceed. Training on such long prompts costs minutes of CPU.
+(tau^2's policy, BFCL's tool docs): there it still emits no parseable call. It does on the CM2
+training prompts (so smoke rewards are non-zero); on FinMCP's short prompts it opens ``<tool_call>`` but
+the JSON comes out malformed (the parse-error path); as tau^2's simulated user it answers with non-empty
+text, which is what the conversation needs to proceed. Training on long prompts costs minutes of CPU.
 """
 
 from __future__ import annotations
