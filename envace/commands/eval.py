@@ -164,10 +164,14 @@ def run(args: argparse.Namespace) -> int:
     device = "cuda" if server_kind == "vllm" else "cpu"
     install_signal_handlers()
     log_dir = out.parent / "serve_logs"
-    # CPU: boot the job's one multi-model server now, while the benchmark and its tasks load
-    early = (Server(server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed, device=device,
-                    log_path=log_dir / f"{out.stem}.server.log").launch()
-             if kind == "transformers" else None)
+
+    def multi_model_server() -> Server:
+        """CPU: the job's one ``transformers serve``, no model pinned (see the module docstring)."""
+        return Server(server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed, device=device,
+                      log_path=log_dir / f"{out.stem}.server.log")
+
+    # boot it now, while the benchmark and its tasks load
+    early = multi_model_server().launch() if kind == "transformers" else None
     adapter = get_adapter(args.benchmark, config=bcfg, work_dir=out.parent / f".{out.stem}.work")
     tasks = adapter.load_tasks(list(bcfg["splits"]), bcfg.get("limit"))
     sampling = cfg["evaluation"]["sampling"]
@@ -188,9 +192,10 @@ def run(args: argparse.Namespace) -> int:
         def serve(path: str, role: str) -> Server | ServedModel:
             if server_kind == "transformers":
                 if not shared:
-                    srv = early or Server(server_kind, "", ready_timeout=args.ready_timeout, seed=args.seed,
-                                          device=device, log_path=log_dir / f"{out.stem}.server.log").launch()
-                    stack.callback(srv.stop)
+                    srv = early
+                    if srv is None:  # --backend hf: a server only for the user simulator / judge
+                        srv = multi_model_server().launch()
+                        stack.callback(srv.stop)
                     shared.append(srv.wait_ready())
                 return ServedModel(shared[0], path)
             if path not in servers:

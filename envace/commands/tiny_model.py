@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,10 +41,16 @@ def run(args: argparse.Namespace) -> int:
     info: dict[str, Any] = {"path": str(out), "seed": args.seed,
                             "parameters": sum(p.numel() for p in model.parameters())}
     if args.warmstart_data and args.warmstart_steps > 0:
+        from envace.data import convert
         from envace.warmstart import sft, sft_sequences
 
         tokenizer = AutoTokenizer.from_pretrained(out)
-        examples = _examples(args.warmstart_data)
+        examples, summary = convert(args.warmstart_data, tokenizer, max_prompt_tokens=sys.maxsize)
+        if not examples:
+            raise SystemExit(f"tiny-model: no usable CM2 records in {args.warmstart_data} "
+                             f"({len(summary.bad)} bad)")
+        if summary.bad:
+            print(f"tiny-model: skipped {len(summary.bad)} bad records of {args.warmstart_data}", flush=True)
         rows = sft_sequences(examples, tokenizer)
         torch.manual_seed(args.seed)
         t0 = time.perf_counter()
@@ -63,22 +70,3 @@ def run(args: argparse.Namespace) -> int:
     os.replace(tmp, done)
     print(f"tiny-model: wrote {out} ({info['parameters']:,} parameters, seed {args.seed})")
     return 0
-
-
-def _examples(source: str) -> list[Any]:
-    """The usable CM2 examples of ``source`` (bad records skipped, counted in the message)."""
-    from envace.data import BadRecord, iter_source_records, normalize_record
-
-    examples, bad = [], 0
-    for index, record in iter_source_records(source):
-        try:
-            if isinstance(record, BadRecord):
-                raise record
-            examples.append(normalize_record(record, index))
-        except BadRecord:
-            bad += 1
-    if not examples:
-        raise SystemExit(f"tiny-model: no usable CM2 records in {source} ({bad} bad)")
-    if bad:
-        print(f"tiny-model: skipped {bad} bad records of {source}", flush=True)
-    return examples

@@ -5,7 +5,7 @@ import json
 import torch
 
 from envace.cli import main
-from envace.data import iter_source_records, normalize_record
+from envace.data import convert
 from envace.tiny_model import tiny_model_and_tokenizer
 from envace.warmstart import GREETING, USER_SYSTEM, sft, sft_sequences
 
@@ -13,13 +13,8 @@ FIXTURE = "tests/data/cm2_fixture.jsonl"
 
 
 def _examples(repo_root):
-    out = []
-    for index, record in iter_source_records(str(repo_root / FIXTURE)):
-        try:
-            out.append(normalize_record(record, index))
-        except Exception:  # bad fixture records (BadRecord instances or invalid ones) are skipped
-            continue
-    return out
+    _, tok = tiny_model_and_tokenizer()
+    return convert(str(repo_root / FIXTURE), tok, max_prompt_tokens=10**9)[0]
 
 
 def test_sequences_teach_calls_with_tools_and_text_without(repo_root):
