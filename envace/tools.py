@@ -13,6 +13,10 @@ Implemented here:
 - :func:`parse_tool_calls` — a total parser (never raises) returning :class:`ParsedOutput` with either
   the calls / final answer or exactly one :class:`ParseError` code (the first problem found, scanning
   left to right). On error ``calls`` is empty and ``final_answer`` is ``None``: no partial parses.
+- :func:`load_model_json` — strict decoding of JSON a model wrote (used by every parser of model output
+  here and in :mod:`envace.rehearsal` / :mod:`envace.tts`): RFC 8259 JSON only, every string valid
+  Unicode, nesting at most :data:`MAX_JSON_DEPTH`; a problem is returned, never raised.
+- :func:`find_block` — the body of the first ``OPEN...CLOSE`` block of a text, found with ``str.find``.
 - :func:`render_tool_call` — the exact block Qwen3's chat template writes for an assistant tool call
   (``json.dumps`` with default separators and ``ensure_ascii=False``).
 - :func:`assistant_message` / :func:`tool_message` — OpenAI-style chat messages for the template.
@@ -29,6 +33,13 @@ Conventions (ours, where the format leaves a choice):
   opening tag is accepted (the generation prompt may have opened the block); any other ``<think>`` or
   ``</think>`` is ``BAD_THINK_BLOCK``.
 - An output with no calls and no text is ``EMPTY_OUTPUT``.
+- JSON (ours, I-JSON style, RFC 7493): ``NaN`` / ``Infinity`` literals are ``INVALID_JSON``; a string
+  holding a lone surrogate escape such as ``"\\ud800"`` (valid JSON syntax, but no UTF-8 encoding exists,
+  so no tokenizer, server or result file could carry it) is ``INVALID_UNICODE``; a body nested deeper
+  than :data:`MAX_JSON_DEPTH` arrays/objects is ``JSON_TOO_DEEP`` (schema validation, chat templates and
+  result writing all recurse per level).
+- Time is linear in the length of ``text`` (no backtracking regular expressions): a model stuck
+  repeating a tag costs one pass over its output.
 - :func:`render_tool_call` writes ``<`` as ``\\u003c`` only where the JSON text would otherwise contain
   one of the protocol tags, so every call round-trips through the parser while ordinary calls stay
   byte-identical to Qwen3's template.
@@ -45,6 +56,10 @@ from typing import Any, Protocol
 __all__ = [
     "TOOL_CALL_OPEN",
     "TOOL_CALL_CLOSE",
+    "MAX_JSON_DEPTH",
+    "JSONProblem",
+    "load_model_json",
+    "find_block",
     "ParseError",
     "ToolCall",
     "ParsedOutput",
@@ -62,8 +77,11 @@ TOOL_CALL_CLOSE = "</tool_call>"
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
+#: Deepest nesting of arrays/objects accepted in model-written JSON (ours; a tool call's arguments sit at
+#: depth 2, real schemas need a handful of levels).
+MAX_JSON_DEPTH = 64
+
 _TAG_RE = re.compile(f"({re.escape(TOOL_CALL_OPEN)}|{re.escape(TOOL_CALL_CLOSE)})")
-_THINK_BLOCK_RE = re.compile(f"{re.escape(THINK_OPEN)}.*?{re.escape(THINK_CLOSE)}", re.DOTALL)
 _PROTOCOL_TAG_RE = re.compile("<(?=/?(?:tool_call|think)>)")
 
 
@@ -82,6 +100,79 @@ class ParseError(StrEnum):
     ARGUMENTS_NOT_OBJECT = "ARGUMENTS_NOT_OBJECT"  # not an object, nor a JSON string holding one
     UNEXPECTED_KEY = "UNEXPECTED_KEY"  # a key other than "name" / "arguments"
     EMPTY_OUTPUT = "EMPTY_OUTPUT"  # no call and no text
+    INVALID_UNICODE = "INVALID_UNICODE"  # a JSON string holds a lone surrogate (the escape \ud800)
+    JSON_TOO_DEEP = "JSON_TOO_DEEP"  # arrays/objects nested deeper than MAX_JSON_DEPTH
+
+
+class JSONProblem(StrEnum):
+    """Why :func:`load_model_json` refused a text."""
+
+    INVALID = "invalid"  # not JSON (RFC 8259), including NaN / Infinity literals and an empty text
+    LONE_SURROGATE = "lone_surrogate"  # a string (value or key) holds a lone surrogate code point
+    TOO_DEEP = "too_deep"  # nesting deeper than the limit
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_decoded(value: Any, max_depth: int) -> JSONProblem | None:
+    """Depth and string check of a decoded JSON value, iteratively (no recursion on model data)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return JSONProblem.LONE_SURROGATE
+        elif isinstance(item, dict):
+            if depth > max_depth:
+                return JSONProblem.TOO_DEEP
+            for key, sub in item.items():
+                stack.append((key, depth))
+                stack.append((sub, depth + 1))
+        elif isinstance(item, list):
+            if depth > max_depth:
+                return JSONProblem.TOO_DEEP
+            stack.extend((sub, depth + 1) for sub in item)
+    return None
+
+
+def load_model_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> tuple[Any, JSONProblem | None]:
+    """Decode JSON written by a model: ``(value, None)``, or ``(None, problem)``. Never raises.
+
+    Stricter than :func:`json.loads` (see the module docstring): no ``NaN`` / ``Infinity``, no lone
+    surrogates in any string, at most ``max_depth`` nested arrays/objects. Time is linear in ``text``.
+    A number too large for a float (``1e999``) is valid JSON and decodes to ``inf``, as in ``json``.
+    """
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        return None, JSONProblem.TOO_DEEP
+    except (ValueError, TypeError):
+        return None, JSONProblem.INVALID
+    problem = _check_decoded(value, max_depth)
+    return (None, problem) if problem is not None else (value, None)
+
+
+def find_block(text: str, open_tag: str, close_tag: str) -> str | None:
+    """The body of the first ``open_tag ... close_tag`` block (the first close after the first open),
+    or ``None``; equal to the first match of the lazy regex ``open(.*?)close`` in linear time."""
+    start = text.find(open_tag)
+    if start == -1:
+        return None
+    start += len(open_tag)
+    end = text.find(close_tag, start)
+    return None if end == -1 else text[start:end]
+
+
+_JSON_PARSE_ERROR = {
+    JSONProblem.INVALID: ParseError.INVALID_JSON,
+    JSONProblem.LONE_SURROGATE: ParseError.INVALID_UNICODE,
+    JSONProblem.TOO_DEEP: ParseError.JSON_TOO_DEEP,
+}
 
 
 @dataclass(frozen=True)
@@ -106,12 +197,29 @@ class ParsedOutput:
 
 
 def _strip_think(text: str) -> str | None:
-    """Remove reasoning; ``None`` if the think tags are unbalanced."""
+    """Remove reasoning; ``None`` if the think tags are unbalanced.
+
+    Removes the leftmost complete ``<think>...</think>`` blocks one after the other (what
+    ``re.sub("<think>.*?</think>", "", text)`` does), with ``str.find`` so that the time is linear: an
+    opening tag without a closing one after it ends the scan, since no later one can have one either.
+    """
     first_close = text.find(THINK_CLOSE)
     first_open = text.find(THINK_OPEN)
     if first_close != -1 and (first_open == -1 or first_close < first_open):
         text = text[first_close + len(THINK_CLOSE) :]
-    text = _THINK_BLOCK_RE.sub("", text)
+    kept: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(THINK_OPEN, pos)
+        if start == -1:
+            break
+        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
+        if end == -1:
+            return None  # an unclosed <think>
+        kept.append(text[pos:start])
+        pos = end + len(THINK_CLOSE)
+    kept.append(text[pos:])
+    text = "".join(kept)
     if THINK_OPEN in text or THINK_CLOSE in text:
         return None
     return text
@@ -119,10 +227,9 @@ def _strip_think(text: str) -> str | None:
 
 def _decode_call(body: str) -> ToolCall | ParseError:
     """Decode one block body into a call, or the error code."""
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return ParseError.INVALID_JSON
+    obj, problem = load_model_json(body)
+    if problem is not None:
+        return _JSON_PARSE_ERROR[problem]
     if not isinstance(obj, dict):
         return ParseError.CALL_NOT_OBJECT
     if "name" not in obj:
@@ -136,10 +243,11 @@ def _decode_call(body: str) -> ToolCall | ParseError:
         return ParseError.UNEXPECTED_KEY
     arguments = obj.get("arguments", {})
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
+        arguments, problem = load_model_json(arguments, MAX_JSON_DEPTH - 1)
+        if problem == JSONProblem.INVALID:
             return ParseError.ARGUMENTS_NOT_OBJECT
+        if problem is not None:
+            return _JSON_PARSE_ERROR[problem]
     if not isinstance(arguments, dict):
         return ParseError.ARGUMENTS_NOT_OBJECT
     return ToolCall(name=name, arguments=arguments)

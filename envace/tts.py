@@ -36,7 +36,8 @@ final ACT context length, the longest REHEARSE context, generated tokens, termin
 the self-evaluation; the memory and its token count; the summary; the commit's context length at every
 ACT generation (prompt + reply, measured on the token ids sent to the actor) and at the end; fallback
 counts. :attr:`TTSResult.fields` are the result-line fields of :func:`run_episode` with the record added
-as ``extra["tts"]``.
+as ``extra["tts"]``. The self-evaluation and memory parsers scan with ``str.find`` (linear in the reply)
+and decode JSON with :func:`envace.tools.load_model_json`, so no reply can raise or stall them.
 
 A backend that fails while rehearsing (``OSError`` / ``ConnectionError``) raises
 :class:`envace.bench.runner.BackendError`, as the runner does for the actor: the run stops and the sample
@@ -54,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -62,7 +62,7 @@ from typing import Any, Literal, Protocol
 from envace.bench.runner import BackendError, run_episode
 from envace.prompts import load_prompt
 from envace.rollout import GenerateBackend, Mode, RolloutConfig, run_rollout
-from envace.tools import ChatTemplateTokenizer, render_chat
+from envace.tools import ChatTemplateTokenizer, find_block, load_model_json, render_chat
 
 __all__ = [
     "PROMPT_FIELDS",
@@ -85,9 +85,6 @@ PROMPT_FIELDS = ("eval_system", "eval_user", "summary_system", "summary_user", "
                  "previous_attempts", "memory_suffix")
 EVAL_FALLBACK_FEEDBACK = "(no usable self-evaluation)"
 
-_EVAL_RE = re.compile(r"<evaluation>(.*?)</evaluation>", re.DOTALL)
-_MEMORY_RE = re.compile(r"<memory>(.*?)(?:</memory>|\Z)", re.DOTALL)
-_THINK_RE = re.compile(r"^.*?</think>", re.DOTALL)
 
 
 class TaskLike(Protocol):
@@ -217,18 +214,19 @@ class _MeasuredBackend:
 
 
 def _strip_think(text: str) -> str:
-    return _THINK_RE.sub("", text, count=1) if "</think>" in text else text
+    """The text after the first ``</think>`` (all of it when there is none)."""
+    end = text.find("</think>")
+    return text[end + len("</think>") :] if end != -1 else text
 
 
 def parse_evaluation(text: str) -> Evaluation:
     """Parse a self-evaluation reply; never raises. Anything but a well-formed block is a fallback."""
-    match = _EVAL_RE.search(_strip_think(text))
-    if match is None:
+    block = find_block(_strip_think(text), "<evaluation>", "</evaluation>")
+    if block is None:
         return Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, "no <evaluation> block")
-    try:
-        value = json.loads(match.group(1))
-    except (ValueError, RecursionError):
-        return Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, "invalid JSON")
+    value, problem = load_model_json(block)
+    if problem is not None:
+        return Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, f"invalid JSON ({problem})")
     if not isinstance(value, dict) or not isinstance(value.get("success"), bool) \
             or not isinstance(value.get("feedback"), str):
         return Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, "needs boolean 'success' and string 'feedback'")
@@ -240,10 +238,14 @@ def parse_memory(text: str) -> str | None:
 
     An unclosed block at the end (the summary hit its token limit) counts: its text runs to the end.
     """
-    match = _MEMORY_RE.search(_strip_think(text))
-    if match is None:
+    body = _strip_think(text)
+    start = body.find("<memory>")
+    if start == -1:
         return None
-    return match.group(1).strip() or None
+    block = find_block(body, "<memory>", "</memory>")
+    if block is None:
+        block = body[start + len("<memory>") :]
+    return block.strip() or None
 
 
 def cap_tokens(tokenizer: ChatTemplateTokenizer, text: str, max_tokens: int) -> tuple[str, int, bool]:

@@ -15,9 +15,15 @@ Implemented:
   output hitting the token budget, too many turns) -> ``status: failed``, score 0, reason naming the
   :class:`envace.rollout.Termination`. A backend failure (:class:`BackendError`: the model server died or
   is unreachable) is NOT a sample result: it aborts the run, so the sample is retried on resume.
+- A line is encoded with :func:`envace.results.encode_line`, so nothing a model wrote (a lone surrogate,
+  NaN, nesting of any depth) can stop the writer; what had to be replaced is counted in the line's
+  ``json_repairs``. A line that still violates the result-line schema (e.g. a sub-score outside [0, 1]
+  or NaN from a scorer) is recorded as a failed sample naming the problem.
 - :class:`PartialResults`: ``<out>.partial.jsonl`` (one line per finished sample, appended, flushed and
   fsynced) + ``<out>.partial.meta.json`` (config hash, start time). A restart with the same config hash
-  keeps every finished line (a truncated last line from a crash is dropped); another hash starts afresh.
+  keeps every finished line; another hash starts afresh. A line that cannot be read back (truncated by
+  a crash, cut inside a UTF-8 sequence, not a result line) is dropped with everything after it, and the
+  log (stderr) says which line and how many samples will run again.
   :func:`run_samples` runs the missing samples (``concurrency`` at a time), then writes the final
   ``<out>`` + manifest atomically through :func:`envace.results.write_results`, in task order, and removes
   the partial files.
@@ -39,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.bench.base import BenchmarkAdapter, Episode, Services, Task
-from envace.results import ResultsError, _now, write_results
+from envace.results import ResultsError, _now, encode_line, line_problem, write_results
 from envace.rollout import GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
 from envace.tools import ChatTemplateTokenizer
 
@@ -154,12 +160,13 @@ async def run_episode(
             "extra": {},
         }
     value = float(score.score)
-    if not 0.0 <= value <= 1.0 or value != value:
+    bad_sub = {k: v for k, v in score.subscores.items() if not 0.0 <= float(v) <= 1.0}  # NaN too
+    if not 0.0 <= value <= 1.0 or bad_sub:
         return {
             "score": 0.0,
             "subscores": {},
             "status": "failed",
-            "reason": f"score out of range: {value}",
+            "reason": f"sub-scores out of range: {bad_sub}" if bad_sub else f"score out of range: {value}",
             "trajectory": _trajectory_record(messages, terminations, used, tools),
             "extra": {},
         }
@@ -171,6 +178,32 @@ async def run_episode(
         "trajectory": _trajectory_record(messages, terminations, used, tools),
         "extra": {**score.extra, **({"score_if_not_failed": value} if failed else {})},
     }
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _read_line(chunk: bytes) -> dict[str, Any] | None:
+    """One partial-file line, or ``None`` if it cannot be read back as a result line (torn, not UTF-8,
+    not JSON, NaN, or against the result-line schema: the final file could not be written from it)."""
+    try:
+        line = json.loads(chunk.decode("utf-8"), parse_constant=_reject_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    return line if isinstance(line, dict) and line_problem(line) is None else None
+
+
+def _checked_line(line: dict[str, Any]) -> dict[str, Any]:
+    """``line``, or when (once encoded) it violates the result-line schema, a failed sample saying why."""
+    text, _ = encode_line(line)
+    problem = line_problem(json.loads(text))
+    if problem is None:
+        return line
+    kept = ("benchmark", "split", "task_id", "sample", "seed", "trajectory")
+    keep = {k: line[k] for k in kept if k in line}
+    return {**keep, "score": 0.0, "subscores": {}, "status": "failed",
+            "reason": f"invalid result line: {problem}", "extra": {}}
 
 
 class PartialResults:
@@ -191,7 +224,9 @@ class PartialResults:
             return
         try:
             meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):
+            meta = {}
+        if not isinstance(meta, dict):
             meta = {}
         if meta.get("config_hash") != self.config_hash:
             print(
@@ -202,20 +237,28 @@ class PartialResults:
             self._reset()
             return
         self.started = meta.get("started", self.started)
-        good = []
-        for chunk in self.path.read_text(encoding="utf-8").split("\n"):
+        good: list[bytes] = []
+        chunks = self.path.read_bytes().split(b"\n")
+        for number, chunk in enumerate(chunks, start=1):
             if not chunk:
                 continue
-            try:
-                line = json.loads(chunk)
-            except ValueError:
-                break  # a line truncated by a crash: drop it and everything after
+            line = _read_line(chunk)
+            if line is None:  # a line torn by a crash (or damaged): drop it and everything after
+                after = sum(1 for c in chunks[number:] if c)
+                also = f" and the {after} line(s) after it" if after else ""
+                print(
+                    f"envace eval: {self.path}: line {number} is torn or unreadable (a crash while it was "
+                    f"written?); dropping it{also}: those samples run again ({len(self.lines)} finished "
+                    "samples kept)",
+                    file=sys.stderr,
+                )
+                break
             key = (line["task_id"], line["sample"])
             if key not in self.lines:
                 self.lines[key] = line
-                good.append(chunk + "\n")
+                good.append(chunk + b"\n")
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(good), encoding="utf-8")
+        tmp.write_bytes(b"".join(good))
         os.replace(tmp, self.path)
 
     def _reset(self) -> None:
@@ -226,17 +269,23 @@ class PartialResults:
         tmp.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(tmp, self.meta_path)
 
-    def append(self, line: dict[str, Any]) -> None:
-        """Record one finished sample durably."""
+    def append(self, line: dict[str, Any]) -> dict[str, Any]:
+        """Record one finished sample durably; returns the line as stored (and as a resume reads it).
+
+        The line is encoded with :func:`envace.results.encode_line`: whatever its free-form fields hold,
+        this writes valid UTF-8 JSON (replacements counted in ``json_repairs``).
+        """
         key = (line["task_id"], line["sample"])
         if key in self.lines:
             raise ResultsError(f"{self.path}: duplicate sample {key}")
-        text = json.dumps(line, allow_nan=False, ensure_ascii=False) + "\n"
+        text, _ = encode_line(line)
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(text)
+            fh.write(text + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.lines[key] = line
+        stored = json.loads(text)
+        self.lines[key] = stored
+        return stored
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -322,7 +371,7 @@ async def run_samples(
             "seed": seed,
             **result,
         }
-        partial.append(line)
+        partial.append(_checked_line(line))
         stats.samples += 1
         if bar is not None:
             bar.update(1)

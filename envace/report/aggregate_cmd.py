@@ -75,8 +75,8 @@ def summarize(ctx: Any, kind: str, name: str, benchmark: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
     try:
+        ctx = context_from_args(args)
         summary = summarize(ctx, args.kind, args.model, args.benchmark)
     except IncompleteResultsError as exc:
         print(f"envace aggregate: evaluation incomplete: {exc}", file=sys.stderr)

@@ -9,8 +9,9 @@ recorded in the manifests actually used, seeds, and the bootstrap settings.
 It also caches the context-length summaries of TTS runs (:meth:`ReportContext.tts_context`, Figure 6)
 and writes outputs atomically (:func:`write_output`).
 
-A missing or partial evaluation makes the cell MISSING; corrupt or stale results raise
-:class:`~envace.results.ResultsError`, which the subcommands report as an error (exit status 2).
+A missing or partial evaluation makes the cell MISSING; corrupt or stale results, and a results
+directory that does not exist, raise :class:`~envace.results.ResultsError`, which the subcommands report
+as an error (exit status 2).
 """
 
 from __future__ import annotations
@@ -215,8 +216,18 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 
 def context_from_args(args: argparse.Namespace) -> ReportContext:
+    """The context of a report subcommand. Raises :class:`~envace.results.ResultsError` when the results
+    directory does not exist: a mistyped folder must not turn into a table of MISSING cells."""
     cfg = load_config(args.config)
-    results_dir = args.results_dir or cfg.get("report_source") or cfg["paths"]["results"]
+    if args.results_dir:
+        results_dir, origin = args.results_dir, "--results-dir"
+    elif cfg.get("report_source"):
+        results_dir, origin = cfg["report_source"], f"report_source of {args.config}"
+    else:
+        results_dir, origin = cfg["paths"]["results"], f"paths.results of {args.config}"
+    if not Path(results_dir).is_dir():
+        what = "is not a directory" if Path(results_dir).exists() else "does not exist"
+        raise ResultsError(f"results directory {results_dir} ({origin}) {what}")
     return ReportContext(cfg, results_dir, paper=load_paper(args.paper), resamples=args.resamples)
 
 

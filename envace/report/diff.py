@@ -275,8 +275,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
     try:
+        ctx = context_from_args(args)
         diff = build_diff(ctx)
     except ResultsError as exc:
         print(f"envace diff: {exc}", file=sys.stderr)

@@ -227,8 +227,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
     try:
+        ctx = context_from_args(args)
         paths = render(ctx, args.figure, args.out)
     except ResultsError as exc:
         print(f"envace figures: {exc}", file=sys.stderr)

@@ -246,8 +246,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx = context_from_args(args)
     try:
+        ctx = context_from_args(args)
         table = BUILDERS[args.table](ctx)
     except ResultsError as exc:
         print(f"envace tables: {exc}", file=sys.stderr)

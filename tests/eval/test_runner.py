@@ -108,7 +108,8 @@ def test_server_death_stops_the_run_and_resume_completes_it(toy, tmp_path):
 def test_partial_results_of_another_config_are_discarded(tmp_path):
     out = tmp_path / "p.jsonl"
     first = PartialResults(out, HASH)
-    first.append({"task_id": "a", "sample": 0})
+    first.append({"benchmark": "toy", "split": "s", "task_id": "a", "sample": 0, "seed": 3, "score": 1.0,
+                  "subscores": {}, "status": "ok", "reason": None})
     assert PartialResults(out, HASH).lines.keys() == {("a", 0)}
     assert PartialResults(out, "f" * 16).lines == {}
 

@@ -208,6 +208,7 @@ def run_diff(results: Path, out: Path, *extra: str) -> tuple[int, dict]:
 
 
 def test_diff_without_results_lists_every_cell_missing(tmp_path: Path) -> None:
+    (tmp_path / "none").mkdir()  # an empty results directory (one that does not exist is an error)
     rc, d = run_diff(tmp_path / "none", tmp_path, "--strict")
     assert rc == 0
     paper_cells = 11 * 4 + 3 * 3 + 5 * 3 + 3 + 2 * 2 * 2 + 2

@@ -12,8 +12,27 @@ from envace.config import (
     evaluation_pairs,
     tts_hash,
 )
+from envace.data import local_source_path
 
 CFG = complete_config(config, source="snakemake config")
+
+
+def _training_source():
+    """training.data.source, checked at planning time: a local path must be an existing file (a Hugging
+    Face dataset id is left to `envace data`). Fails the plan with the key and the path, not a job later.
+    """
+    source = CFG["training"]["data"]["source"]
+    path = local_source_path(source)
+    if path is not None and not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise ValueError(
+            f"config key training.data.source: the local training data file '{source}' {what} "
+            f"(looked for {path.resolve()}); fix the path, or give a Hugging Face dataset id"
+        )
+    return source, path
+
+
+TRAINING_SOURCE, TRAINING_SOURCE_FILE = _training_source()
 RESULTS = CFG["paths"]["results"]
 FIGURES = CFG["paths"]["figures"]
 MODELS_DIR = CFG["paths"]["models"]
@@ -115,9 +134,8 @@ def model_ready(model):
 
 def tiny_model_data():
     """The warm-start records of the tiny model when they are a local file (else nothing to track)."""
-    source = CFG["training"].get("data", {}).get("source", "")
     steps = CFG.get("tiny_model", {}).get("warmstart_steps", 0)
-    return [source] if steps and os.path.isfile(source) else []
+    return [TRAINING_SOURCE] if steps and TRAINING_SOURCE_FILE is not None else []
 
 
 def tiny_model_args():
