@@ -1,7 +1,11 @@
-"""EnvACE as a verl 0.9.1 extension (GPU path). Importing this package registers, in the importing
-process, the agent loop ``envace_rehearsal``, the advantage estimator ``envace_role_wise`` and the
-trainer modes ``envace_sync`` and ``envace_per_role_sync``; ``VERL_USE_EXTERNAL_MODULES=envace.verl_ext``
-(set by :mod:`envace.verl_ext.launch`) makes ``import verl`` import it in every Ray process.
+"""EnvACE as a verl 0.9.1 extension, at both scales. Importing :mod:`envace.verl_ext.register` registers,
+in the importing process, the agent loop ``envace_rehearsal``, the advantage estimator ``envace_role_wise``
+and the trainer modes ``envace_sync`` and ``envace_per_role_sync``;
+``VERL_USE_EXTERNAL_MODULES=envace.verl_ext.register`` (set by :mod:`envace.verl_ext.launch`) makes
+``import verl`` import it in every Ray process. On a CPU (smoke scale) :mod:`envace.verl_ext.cpu` is
+imported first: verl's CPU platform and the shims, the only CPU-specific code of the path. Importing
+the package itself registers nothing (so vLLM's plugin loader can import :mod:`envace.verl_ext.cpu`
+without the trainer).
 
 Layout choice — per-generation rows: each ACT turn and each REHEARSE reply is its own training row
 (prompt = the context it was sampled from, response = its tokens), as in the authors' code. The
@@ -21,6 +25,3 @@ advantages computed once on the union, as in the shared run), and checkpoints an
 adapters on one model: the paper's ablation is separate parameters. Runs only on GPUs; what is verified on
 CPU is listed in each module's docstring.
 """
-
-# registration side effects:
-from envace.verl_ext import advantage, agent_loop, per_role_trainer, trainer  # noqa: F401

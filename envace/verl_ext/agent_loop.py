@@ -42,6 +42,7 @@ behind a ``RoleRoutingClient`` (``tests/verl_ext/test_per_role.py``); the vLLM p
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from typing import Any
@@ -82,6 +83,18 @@ class ServerManagerBackend:
         self.server_manager = server_manager
         self.base_params = dict(base_params)
         self.request_id = request_id or uuid4().hex
+        #: the weight versions (verl's ``global_steps``) the server reported over this backend's calls
+        self.min_global_steps: int | None = None
+        self.max_global_steps: int | None = None
+
+    def _note_steps(self, extra: Any) -> None:
+        extra = extra or {}
+        lo = extra.get("min_global_steps", extra.get("global_steps"))
+        hi = extra.get("max_global_steps", extra.get("global_steps"))
+        if lo is not None:
+            self.min_global_steps = lo if self.min_global_steps is None else min(self.min_global_steps, lo)
+        if hi is not None:
+            self.max_global_steps = hi if self.max_global_steps is None else max(self.max_global_steps, hi)
 
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any]
@@ -90,6 +103,7 @@ class ServerManagerBackend:
         out = await self.server_manager.generate(
             self.request_id, prompt_ids=list(prompt_ids), sampling_params=params
         )
+        self._note_steps(getattr(out, "extra_fields", None))
         ids = list(out.token_ids)
         logprobs = list(out.log_probs) if out.log_probs is not None else [0.0] * len(ids)
         if len(logprobs) != len(ids):
@@ -141,13 +155,18 @@ def _plain(value: Any) -> Any:
 
 
 def rollout_config_from(
-    envace_cfg: dict[str, Any], rollout_cfg: Any, sampling_params: dict[str, Any]
+    envace_cfg: dict[str, Any],
+    rollout_cfg: Any,
+    sampling_params: dict[str, Any],
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> RolloutConfig:
     """Our :class:`RolloutConfig` from the ``envace`` section and verl's rollout config.
 
     ``max_turns`` / ``precheck`` / ``mode`` come from ``envace``; the context limits from verl's
     ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from verl's per-sample
-    ``sampling_params`` (which already hold the validation values when validating).
+    ``sampling_params`` (which already hold the validation values when validating). Chat-template
+    arguments: verl's ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``), then
+    ``envace.template_kwargs`` on top.
     """
     sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
     response_length = int(rollout_cfg.response_length)
@@ -160,7 +179,7 @@ def rollout_config_from(
         act_sampling={**sampling, "max_tokens": response_length},
         rehearse_sampling={**sampling, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
         precheck=envace_cfg.get("precheck", "none"),
-        template_kwargs=dict(envace_cfg.get("template_kwargs", {})),
+        template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
     )
 
 
@@ -187,12 +206,32 @@ def role_backends(
 
 
 def trajectory_outputs(
-    traj: Trajectory, reward: float | None, train_all: bool = False
+    traj: Trajectory,
+    reward: float | None,
+    train_all: bool = False,
+    reward_info: dict[str, Any] | None = None,
+    global_steps: tuple[int | None, int | None] = (None, None),
+    pad_token_id: int = 0,
 ) -> list[AgentLoopOutput]:
-    """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring);
-    ``train_all``: every generation (the per-role run trains its REHEARSE policy's replies too)."""
+    """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring).
+
+    ``train_all``: every generation (the per-role run trains its REHEARSE policy's replies too).
+    ``reward_info``: the reward function's extra values, stored as ``extra_fields["reward_extra_info"]``
+    on the last output, where verl's v1 worker copies it to the earlier rows (agent_loop_tq.py
+    ``_agent_loop_postprocess``: a ``KeyError`` there otherwise). ``global_steps``: the
+    ``(min, max)`` weight versions the rollout's server calls reported, stored on every output
+    (verl's ``_compute_metrics`` needs them). A trajectory with no generation (its prompt over the limit)
+    gives one row holding a single masked pad token (``response_mask`` 0), reward 0: verl places a
+    reward on the last response token, so an empty response cannot carry one; the role-wise estimator
+    treats a fully masked row as padding, outside every baseline.
+    """
     gens = [g for g in traj.generations if g.trainable or train_all]
-    common = {"envace_termination": str(traj.termination), "envace_num_generations": len(gens)}
+    common = {
+        "envace_termination": str(traj.termination),
+        "envace_num_generations": len(gens),
+        "min_global_steps": global_steps[0],
+        "max_global_steps": global_steps[1],
+    }
     outputs = []
     for i, g in enumerate(gens):
         outputs.append(
@@ -210,9 +249,9 @@ def trajectory_outputs(
         outputs.append(
             AgentLoopOutput(
                 prompt_ids=traj.act_ids,
-                response_ids=[],
-                response_mask=[],
-                response_logprobs=[],
+                response_ids=[pad_token_id],
+                response_mask=[0],
+                response_logprobs=[0.0],
                 num_turns=0,
                 metrics=AgentLoopMetrics(),
                 extra_fields={**common, "envace_role": "act", "envace_turn": 0, "envace_row": 0},
@@ -221,6 +260,8 @@ def trajectory_outputs(
         reward = 0.0 if reward is None else reward
     outputs[-1].extra_fields["envace_messages"] = json.dumps(traj.messages, default=str)
     outputs[-1].reward_score = reward
+    if reward is not None:
+        outputs[-1].extra_fields["reward_extra_info"] = {"score": float(reward), **dict(reward_info or {})}
     return outputs
 
 
@@ -241,20 +282,29 @@ class EnvaceAgentLoop(AgentLoopBase):
             )
 
     def _simulator(self) -> tuple[Any, Any]:
+        """The external simulator's client and tokenizer, built once per agent-loop worker process."""
+        cached = getattr(self, "_simulator_cache", None)
+        if cached is not None:
+            return cached
         sim = self.envace_cfg.get("simulator") or {}
         if not sim.get("base_url") or not sim.get("model"):
-            raise ValueError("envace.mode=external_simulator needs envace.simulator.base_url and .model")
+            raise ValueError("envace.mode=external_simulator needs envace.simulator.base_url and .model "
+                             "(`envace train` starts the simulator server and sets both)")
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(sim.get("tokenizer") or sim["model"])
-        return CompletionsBackend(sim["base_url"], sim["model"], tok), tok
+        self._simulator_cache = (CompletionsBackend(sim["base_url"], sim["model"], tok), tok)
+        return self._simulator_cache
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         extra = _plain(kwargs.get("extra_info", {})) or {}
         messages = _plain(kwargs.get("raw_prompt", kwargs.get("prompt")))
         tools = _plain(extra.get("tools", []))
         references = _plain(extra.get("references", []))
-        config = rollout_config_from(self.envace_cfg, self.rollout_config, sampling_params)
+        config = rollout_config_from(
+            self.envace_cfg, self.rollout_config, sampling_params,
+            chat_template_kwargs=getattr(self, "apply_chat_template_kwargs", None),
+        )
         base = {k: v for k, v in sampling_params.items() if k not in ("temperature", "top_p")}
         per_role = self.envace_cfg.get("roles", "shared") == "per_role"
         simulator = sim_tok = None
@@ -274,11 +324,22 @@ class EnvaceAgentLoop(AgentLoopBase):
             simulator_tokenizer=sim_tok,
             references=list(references),
         )
-        return trajectory_outputs(traj, self._reward(traj, kwargs, extra), train_all=per_role)
+        reward, reward_info = await asyncio.to_thread(self._reward, traj, kwargs, extra)
+        backends = [policy] + ([simulator] if per_role else [])
+        lows = [b.min_global_steps for b in backends if b.min_global_steps is not None]
+        highs = [b.max_global_steps for b in backends if b.max_global_steps is not None]
+        steps = (min(lows) if lows else None, max(highs) if highs else None)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return trajectory_outputs(traj, reward, train_all=per_role, reward_info=reward_info,
+                                  global_steps=steps, pad_token_id=int(pad))
 
-    def _reward(self, traj: Trajectory, kwargs: dict[str, Any], extra: dict[str, Any]) -> float | None:
+    def _reward(
+        self, traj: Trajectory, kwargs: dict[str, Any], extra: dict[str, Any]
+    ) -> tuple[float | None, dict[str, Any]]:
+        """``(reward, extra values)`` from the configured reward function. Blocking (the judge's HTTP
+        calls): :meth:`run` calls it in a worker thread so the other rollouts of this worker go on."""
         if self._reward_fn is None:
-            return None  # verl's reward loop computes it
+            return None, {}  # verl's reward loop computes it
         reward_model = _plain(kwargs.get("reward_model", {})) or {}
         info = {
             **extra,
@@ -292,4 +353,7 @@ class EnvaceAgentLoop(AgentLoopBase):
             reward_model.get("ground_truth"),
             info,
         )
-        return float(score["score"] if isinstance(score, dict) else score)
+        if isinstance(score, dict):
+            info = {k: v for k, v in score.items() if k != "score" and isinstance(v, int | float | bool)}
+            return float(score["score"]), info
+        return float(score), {}

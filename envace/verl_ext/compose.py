@@ -10,6 +10,10 @@ A per-role run (``roles: per_role``) trains two policies: its ``nodes x gpus_per
 training rule reserves) are split half/half by :func:`envace.verl_ext.per_role.split_nodes` into verl's
 ``trainer.nnodes / n_gpus_per_node`` (the ACT policy) and ``envace.per_role.rehearse_nnodes /
 rehearse_n_gpus_per_node`` (the REHEARSE policy).
+
+Smoke scale (``gpus_per_node: 0``): the same composition plus the CPU platform's overrides
+(``config/_cpu_overrides.yaml``: FSDP2, sdpa, no sleep mode, ...) and one fake Ray GPU per policy
+(verl's CPU platform, :mod:`envace.verl_ext.cpu`); the run's own values still come from ``config.yaml``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from envace.verl_ext.per_role import split_nodes
 
-__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "compose"]
+__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides", "compose"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 RUN_FILES = {p.stem for p in CONFIG_DIR.glob("*.yaml") if not p.stem.startswith("_")}
@@ -71,6 +75,9 @@ def run_overrides(
         "data.max_response_length": r["max_response_tokens"],
         "envace.max_turns": r["max_turns"],
         "actor_rollout_ref.actor.clip_ratio": r["clip_ratio"],
+        # verl 0.9.1 reads the two one-sided ratios, not clip_ratio (core_algos.compute_policy_loss)
+        "actor_rollout_ref.actor.clip_ratio_low": r["clip_ratio"],
+        "actor_rollout_ref.actor.clip_ratio_high": r["clip_ratio"],
         "actor_rollout_ref.actor.clip_ratio_c": r["dual_clip"],
         "actor_rollout_ref.actor.loss_agg_mode": r["loss_agg_mode"],
         "actor_rollout_ref.actor.entropy_coeff": r["entropy_coef"],
@@ -90,8 +97,12 @@ def run_overrides(
     }
     if r.get("algorithm") == "grpo":
         o["envace.simulator.model"] = r["simulator"]
+    cpu = int(r["gpus_per_node"]) == 0
+    if cpu:  # smoke scale: verl's CPU platform (envace.verl_ext.cpu), one fake Ray GPU per policy
+        o["trainer.nnodes"] = 1
+        o["trainer.n_gpus_per_node"] = 2 if r.get("roles") == "per_role" else 1
     if r.get("roles") == "per_role":  # nodes x gpus_per_node = both policies' pools (per_role.split_nodes)
-        split = split_nodes(r["nodes"], r["gpus_per_node"])
+        split = split_nodes(o["trainer.nnodes"], o["trainer.n_gpus_per_node"])
         o["trainer.nnodes"] = split["act_nnodes"]
         o["trainer.n_gpus_per_node"] = split["act_gpus_per_node"]
         o["envace.per_role.rehearse_nnodes"] = split["rehearse_nnodes"]
@@ -100,6 +111,10 @@ def run_overrides(
     if ev:
         o["actor_rollout_ref.rollout.val_kwargs.temperature"] = ev["temperature"]
         o["actor_rollout_ref.rollout.val_kwargs.top_p"] = ev["top_p"]
+    if cpu:
+        o.update(cpu_overrides())
+        fake_gpus = 2 if r.get("roles") == "per_role" else 1
+        o["+ray_kwargs.ray_init.num_gpus"] = fake_gpus
     if checkpoint_dir is not None:
         o["trainer.default_local_dir"] = checkpoint_dir
         o["trainer.resume_mode"] = "auto"
@@ -107,6 +122,14 @@ def run_overrides(
         o["data.train_files"] = train_files
         o["data.val_files"] = val_files or train_files
     return [f"{k}={_fmt(v)}" for k, v in o.items()]
+
+
+def cpu_overrides() -> dict[str, Any]:
+    """The CPU platform's overrides (``config/_cpu_overrides.yaml``), in file order."""
+    import yaml
+
+    with open(CONFIG_DIR / "_cpu_overrides.yaml") as fh:
+        return dict(yaml.safe_load(fh))
 
 
 def compose(config_name: str, overrides: list[str] | None = None) -> Any:

@@ -22,21 +22,34 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from envace.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
 
-__all__ = ["build_command", "build_env", "last_step", "launch"]
+__all__ = ["build_command", "build_env", "last_step", "launch", "service_models", "services"]
 
 SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ray_slurm_launch.sh"
 
 
-def build_command(cfg: Mapping[str, Any], run: str, checkpoint_dir: str) -> list[str]:
-    """argv of the verl driver for ``run``; multi-node runs inside Slurm go through the Ray launcher."""
+def build_command(
+    cfg: Mapping[str, Any],
+    run: str,
+    checkpoint_dir: str,
+    overrides: Mapping[str, Any] | None = None,
+    data: str | None = None,
+) -> list[str]:
+    """argv of the verl driver for ``run``; multi-node runs inside Slurm go through the Ray launcher.
+
+    ``overrides``: Hydra overrides known only at launch (e.g. the simulator server's URL), appended last.
+    """
     spec = cfg["training"]["runs"][run]
-    data = f"{cfg['paths']['data']}/cm2_train.parquet"
+    cfg = _absolute_paths(cfg, run)
+    checkpoint_dir = os.path.abspath(checkpoint_dir)
+    data = os.path.abspath(data or f"{cfg['paths']['data']}/cm2_train.parquet")
+    extra = [f"{k}={v}" for k, v in (overrides or {}).items()]
     argv = [
         sys.executable,
         "-m",
@@ -44,6 +57,7 @@ def build_command(cfg: Mapping[str, Any], run: str, checkpoint_dir: str) -> list
         f"--config-path={CONFIG_DIR}",
         f"--config-name={run_config_name(cfg, run)}",
         *run_overrides(cfg, run, checkpoint_dir, train_files=data),
+        *extra,
     ]
     if int(spec["nodes"]) > 1 and os.environ.get("SLURM_JOB_ID"):
         argv = [
@@ -59,13 +73,43 @@ def build_command(cfg: Mapping[str, Any], run: str, checkpoint_dir: str) -> list
     return argv
 
 
-def build_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The driver's environment: ``VERL_USE_EXTERNAL_MODULES`` gains ``envace.verl_ext``."""
+def _absolute_paths(cfg: Mapping[str, Any], run: str) -> Mapping[str, Any]:
+    """``cfg`` with the run's local model paths made absolute (Ray workers do not share the driver's
+    working directory); hub ids (no such local path) are left as they are."""
+    import copy
+
+    spec = dict(cfg["training"]["runs"][run])
+    for key in ("base_model", "simulator"):
+        if spec.get(key) and Path(str(spec[key])).exists():
+            spec[key] = os.path.abspath(str(spec[key]))
+    out = copy.deepcopy(dict(cfg))
+    out["training"] = {**out["training"], "runs": {**out["training"]["runs"], run: spec}}
+    return out
+
+
+def build_env(
+    base: Mapping[str, str] | None = None, cfg: Mapping[str, Any] | None = None, run: str | None = None
+) -> dict[str, str]:
+    """The driver's environment (Ray workers inherit it).
+
+    ``VERL_USE_EXTERNAL_MODULES`` gains ``envace.verl_ext.register`` (and, on the CPU platform, first
+    ``envace.verl_ext.cpu.platform``); with ``cfg``/``run``: ``ENVACE_REWARD`` from ``training.reward``
+    and, for a CPU run (``gpus_per_node: 0``), :func:`envace.verl_ext.cpu.cpu_env`.
+    """
     env = dict(os.environ if base is None else base)
+    cpu = cfg is not None and run is not None and int(cfg["training"]["runs"][run]["gpus_per_node"]) == 0
     mods = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-    if "envace.verl_ext" not in mods:
-        mods.append("envace.verl_ext")
-    env["VERL_USE_EXTERNAL_MODULES"] = ",".join(mods)
+    wanted = (["envace.verl_ext.cpu.platform"] if cpu else []) + ["envace.verl_ext.register"]
+    mods = [m for m in mods if m not in wanted]
+    env["VERL_USE_EXTERNAL_MODULES"] = ",".join(mods + wanted)
+    if cfg is not None:
+        env["ENVACE_REWARD"] = str(cfg["training"].get("reward", "checklist"))
+    if cpu:
+        from envace.verl_ext.cpu import cpu_env
+
+        spec = cfg["training"]["runs"][run]
+        env.update(cpu_env(n_fake_gpus=2 if spec.get("roles") == "per_role" else 1))
+    env.setdefault("HYDRA_FULL_ERROR", "1")
     return env
 
 
@@ -75,18 +119,74 @@ def last_step(checkpoint_dir: str | Path) -> int:
     return int(f.read_text().strip()) if f.exists() else 0
 
 
-def launch(cfg: dict, run: str, checkpoint_dir: str, done: str) -> int:
+def service_models(cfg: Mapping[str, Any], run: str) -> dict[str, str]:
+    """The models a run needs served beside verl: ``{"simulator": path}`` for standard GRPO (the external
+    simulator) and ``{"judge": path}`` for the checklist reward; same ``vllm serve`` as evaluation."""
+    spec = cfg["training"]["runs"][run]
+    out = {}
+    if spec.get("algorithm") == "grpo":
+        if not spec.get("simulator"):
+            raise ValueError(f"training.runs.{run}.simulator is required for algorithm grpo")
+        out["simulator"] = str(spec["simulator"])
+    if cfg["training"].get("reward", "checklist") == "checklist":
+        out["judge"] = str(cfg["training"]["judge"]["model"])
+    return out
+
+
+@contextmanager
+def services(cfg: Mapping[str, Any], run: str, log_dir: str | Path) -> Iterator[tuple[dict, dict]]:
+    """Start the run's judge / simulator servers (:func:`service_models`), one per distinct model;
+    yields ``(env, overrides)`` that point the driver at them; stops them on exit."""
+    from envace.serving import Server, VLLMSettings
+
+    wanted = service_models(cfg, run)
+    env: dict[str, str] = {}
+    overrides: dict[str, Any] = {}
+    with ExitStack() as stack:
+        servers: dict[str, Any] = {}
+        if wanted:
+            settings = VLLMSettings.from_config(cfg)
+            timeout = float((cfg.get("serving") or {}).get("ready_timeout_s", 900))
+            for role, model in wanted.items():
+                if model not in servers:
+                    print(f"envace train [{run}]: starting vllm serve {model} ({role})", flush=True)
+                    log = Path(log_dir) / f"{run}.{role}.server.log"
+                    servers[model] = stack.enter_context(
+                        Server("vllm", model, settings=settings, log_path=log, ready_timeout=timeout)
+                    )
+        if "simulator" in wanted:
+            sim = servers[wanted["simulator"]]
+            overrides["envace.simulator.base_url"] = sim.base_url
+            overrides["envace.simulator.model"] = sim.served_name
+        if "judge" in wanted:
+            judge = servers[wanted["judge"]]
+            env["ENVACE_JUDGE_BASE_URL"] = judge.base_url
+            env["ENVACE_JUDGE_MODEL"] = judge.served_name
+        yield env, overrides
+
+
+def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None = None) -> int:
     """Run verl training for ``run``; returns the exit status (non-zero if the step did not advance)."""
     try:
-        argv = build_command(cfg, run, checkpoint_dir)
+        build_command(cfg, run, checkpoint_dir, data=data)
+        service_models(cfg, run)
     except ValueError as exc:  # e.g. a per-role run whose GPUs cannot be split between its two policies
         print(f"envace train: run {run}: {exc}", file=sys.stderr)
         return 2
+    data_file = Path(data or f"{cfg['paths']['data']}/cm2_train.parquet")
     Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
     before = last_step(checkpoint_dir)
     total = int(cfg["training"]["runs"][run]["total_steps"])
+    if before < total and not data_file.is_file():
+        print(f"envace train: run {run}: training data {data_file} not found (run `envace data` first)",
+              file=sys.stderr)
+        return 2
     if before < total:
-        rc = subprocess.call(argv, env=build_env())
+        with services(cfg, run, Path(done).parent) as (service_env, service_overrides):
+            argv = build_command(cfg, run, checkpoint_dir, service_overrides, data=data)
+            env = {**build_env(cfg=cfg, run=run), **service_env}
+            print(f"envace train [{run}]: {' '.join(argv)}", flush=True)
+            rc = subprocess.call(argv, env=env)
         if rc != 0:
             return rc
     after = last_step(checkpoint_dir)

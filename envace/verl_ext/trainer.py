@@ -80,6 +80,8 @@ class EnvaceTrainer(PPOTrainerSync):
         )
         uids = [getattr(u, "data", u) for u in data["uid"]]
         roles = self._row_roles(batch, data["extra_fields"])
+        for role in ("act", "rehearse"):  # rows per role this step (the per-role trainer logs the same)
+            metrics.setdefault(f"envace/rows/{role}", sum(r == role for r in roles))
         grouped = role_group_ids(uids, roles)
         tq.kv_batch_put(
             keys=batch.keys,

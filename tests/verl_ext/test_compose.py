@@ -46,7 +46,10 @@ def test_paper_values(composed, run):
     assert ro.agent.default_agent_loop == "envace_rehearsal" and c.trainer.v1.trainer_mode == mode
     assert c.trainer.use_v1 is True  # the list-of-outputs agent-loop path needs the v1 trainer
     assert c.trainer.resume_mode == "auto" and c.trainer.default_local_dir == "/ck/" + run
-    assert c.trainer.max_actor_ckpt_to_keep >= 2
+    assert c.trainer.max_actor_ckpt_to_keep is None  # keep all: Figure 5 evaluates the saved steps
+    assert "hf_model" in a.checkpoint.save_contents  # loadable HF weights in actor/huggingface/
+    assert a.clip_ratio_low == pytest.approx(0.2) and a.clip_ratio_high == pytest.approx(0.2)
+    assert list(c.trainer.logger) == ["console"] and c.trainer.val_before_train is False
     assert c.trainer.experiment_name == run
     OmegaConf.to_container(c, resolve=True)  # every interpolation resolves
 

@@ -22,7 +22,7 @@ def test_command_line(monkeypatch):
     assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
     assert "--config-name=envace_8b" in argv and "trainer.resume_mode=auto" in argv
     assert "trainer.default_local_dir=/ck/envace_8b" in argv
-    assert f"data.train_files={CFG['paths']['data']}/cm2_train.parquet" in argv
+    assert f"data.train_files={os.path.abspath(CFG['paths']['data'])}/cm2_train.parquet" in argv
 
 
 def test_multinode_goes_through_slurm_launcher(monkeypatch):
@@ -34,11 +34,40 @@ def test_multinode_goes_through_slurm_launcher(monkeypatch):
 
 def test_env_adds_external_module():
     env = L.build_env({"VERL_USE_EXTERNAL_MODULES": "other"})
-    assert env["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext"
-    assert L.build_env(env)["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext.register"
+    assert L.build_env(env)["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext.register"
+    gpu = L.build_env({}, cfg=CFG, run="envace_8b")
+    assert "VERL_PLATFORM" not in gpu and gpu["ENVACE_REWARD"] == "checklist"
 
 
-def test_per_role_launches(tmp_path, monkeypatch):
+@pytest.fixture
+def no_services(monkeypatch, tmp_path):
+    """launch() without starting judge/simulator servers (the paper's: 8B-30B); returns a data file."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def none(cfg, run, log_dir):
+        yield {}, {}
+
+    monkeypatch.setattr(L, "services", none)
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"PAR1")
+    return str(data)
+
+
+def test_services_needed_per_run():
+    assert L.service_models(CFG, "envace_8b") == {"judge": CFG["training"]["judge"]["model"]}
+    assert L.service_models(CFG, "grpo_8b") == {"simulator": "Qwen/Qwen3-8B",
+                                                  "judge": CFG["training"]["judge"]["model"]}
+
+
+def test_missing_data_exits_2(tmp_path, capsys):
+    assert L.launch(CFG, "envace_8b", str(tmp_path / "ck"), str(tmp_path / "d.json"),
+                    data=str(tmp_path / "nope.parquet")) == 2
+    assert "nope.parquet not found (run `envace data` first)" in capsys.readouterr().err
+
+
+def test_per_role_launches(tmp_path, monkeypatch, no_services):
     """per_role_8b is no longer refused: the driver runs with the per-role Hydra file and GPU split."""
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     ck, done = tmp_path / "ck", tmp_path / "done.json"
@@ -50,7 +79,7 @@ def test_per_role_launches(tmp_path, monkeypatch):
         return 0
 
     monkeypatch.setattr(L.subprocess, "call", finish)
-    assert L.launch(CFG, "per_role_8b", str(ck), str(done)) == 0
+    assert L.launch(CFG, "per_role_8b", str(ck), str(done), data=no_services) == 0
     (argv, env), = calls
     assert argv[1:3] == ["-m", "verl.trainer.main_ppo"] and "--config-name=per_role_8b" in argv
     expected = [
@@ -66,7 +95,7 @@ def test_per_role_launches(tmp_path, monkeypatch):
     ]
     for item in expected:
         assert item in argv, item
-    assert "envace.verl_ext" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+    assert "envace.verl_ext.register" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
     assert json.loads(done.read_text())["last_step"] == 470
 
 
@@ -86,7 +115,7 @@ def test_per_role_unsplittable_gpus_exit_2(tmp_path):
     assert not (tmp_path / "done.json").exists()
 
 
-def test_resume_must_advance(tmp_path, monkeypatch):
+def test_resume_must_advance(tmp_path, monkeypatch, no_services):
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / "latest_checkpointed_iteration.txt").write_text("50")
@@ -94,14 +123,15 @@ def test_resume_must_advance(tmp_path, monkeypatch):
     monkeypatch.setattr(L.subprocess, "call", lambda argv, env: calls.append(argv) or 0)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     done = tmp_path / "done.json"
-    assert L.launch(CFG, "envace_8b", str(ck), str(done)) == 1 and calls and not done.exists()
+    assert L.launch(CFG, "envace_8b", str(ck), str(done), data=no_services) == 1
+    assert calls and not done.exists()
 
     def finish(argv, env):
         (ck / "latest_checkpointed_iteration.txt").write_text("470")
         return 0
 
     monkeypatch.setattr(L.subprocess, "call", finish)
-    assert L.launch(CFG, "envace_8b", str(ck), str(done)) == 0
+    assert L.launch(CFG, "envace_8b", str(ck), str(done), data=no_services) == 0
     assert json.loads(done.read_text()) == {
         "run": "envace_8b",
         "last_step": 470,
