@@ -94,6 +94,15 @@ def _trajectory_record(
     return {"messages": messages, "terminations": terminations, "act_turns": turns, "tools": tools}
 
 
+def _unit_float(value: Any) -> float | None:
+    """``value`` as a float in [0, 1], or ``None`` (out of range, NaN, or not a number)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if 0.0 <= number <= 1.0 else None
+
+
 async def run_episode(
     task: Task,
     episode: Episode,
@@ -159,14 +168,15 @@ async def run_episode(
             "trajectory": _trajectory_record(messages, terminations, used, tools),
             "extra": {},
         }
-    value = float(score.score)
-    bad_sub = {k: v for k, v in score.subscores.items() if not 0.0 <= float(v) <= 1.0}  # NaN too
-    if not 0.0 <= value <= 1.0 or bad_sub:
+    value = _unit_float(score.score)
+    bad_sub = {k: v for k, v in score.subscores.items() if _unit_float(v) is None}
+    if value is None or bad_sub:
         return {
             "score": 0.0,
             "subscores": {},
             "status": "failed",
-            "reason": f"sub-scores out of range: {bad_sub}" if bad_sub else f"score out of range: {value}",
+            "reason": (f"sub-scores out of range: {bad_sub}" if bad_sub
+                       else f"score out of range: {score.score!r}"),
             "trajectory": _trajectory_record(messages, terminations, used, tools),
             "extra": {},
         }

@@ -50,9 +50,10 @@ class _Episode:
     """Answers ``pong``, or raises with ``fail`` as the message; the scorer's details hold ``echo``
     (e.g. a file name decoded with ``surrogateescape``)."""
 
-    def __init__(self, echo: str, fail: str | None) -> None:
+    def __init__(self, echo: str, fail: str | None, subscores: dict[str, Any]) -> None:
         self.echo = echo
         self.fail = fail
+        self.subscores = subscores
         self.replies = 0
 
     def step(self, call: ToolCall) -> str:
@@ -65,15 +66,17 @@ class _Episode:
         return None
 
     def score(self) -> Score:
-        return Score(score=1.0, extra={"echo": self.echo})
+        return Score(score=1.0, subscores=self.subscores, extra={"echo": self.echo})
 
 
 class _Adapter:
     name = "toy"
 
-    def __init__(self, echo: str = "pong", fail: str | None = None) -> None:
+    def __init__(self, echo: str = "pong", fail: str | None = None,
+                 subscores: dict[str, Any] | None = None) -> None:
         self.echo = echo
         self.fail = fail
+        self.subscores = subscores or {}
 
     def versions(self) -> dict[str, str]:
         return {}
@@ -83,7 +86,7 @@ class _Adapter:
         return [Task(f"t{i}", "s", "sys", "hello", tools) for i in range(3)]
 
     def new_episode(self, task: Task, sample: int, seed: int, services: Services) -> Any:
-        return _Episode(self.echo, self.fail)
+        return _Episode(self.echo, self.fail, self.subscores)
 
 
 def _run(adapter: _Adapter, out: Path, script: list[str], config: RolloutConfig = CFG) -> Path:
@@ -118,6 +121,11 @@ def test_1_the_writer_replaces_and_records_what_utf8_cannot_carry(tmp_path: Path
     assert [x["status"] for x in lines] == ["failed"] * 3
     assert lines[0]["reason"] == "RuntimeError: no file caf\ufffd or \ufffd"
     assert lines[0]["json_repairs"] == {"lone_surrogates": 2}
+    for bad in (float("nan"), 1.5, "high"):  # a scorer's bad sub-score: a failed sample, the run goes on
+        out = tmp_path / f"s{bad}.jsonl"
+        lines = read_results(_run(_Adapter(subscores={"a": bad}), out, [PING, "done"])).lines
+        assert [x["status"] for x in lines] == ["failed"] * 3
+        assert "sub-scores out of range" in lines[0]["reason"]
     partial = PartialResults(tmp_path / "p.jsonl", HASH)
     stored = partial.append({"task_id": "a", "sample": 0, "trajectory": [float("nan"), b"\x00", "\ud800"]})
     assert stored["trajectory"] == ["NaN", "b'\\x00'", "\ufffd"]
