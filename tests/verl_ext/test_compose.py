@@ -49,7 +49,7 @@ def test_paper_values(composed, run):
     assert c.trainer.max_actor_ckpt_to_keep is None  # keep all: Figure 5 evaluates the saved steps
     assert "hf_model" in a.checkpoint.save_contents  # loadable HF weights in actor/huggingface/
     assert a.clip_ratio_low == pytest.approx(0.2) and a.clip_ratio_high == pytest.approx(0.2)
-    assert list(c.trainer.logger) == ["console"] and c.trainer.val_before_train is False
+    assert list(c.trainer.logger) == ["console", "file"] and c.trainer.val_before_train is False
     assert c.trainer.experiment_name == run
     OmegaConf.to_container(c, resolve=True)  # every interpolation resolves
 

@@ -132,12 +132,15 @@ def test_resume_must_advance(tmp_path, monkeypatch, no_services):
 
     monkeypatch.setattr(L.subprocess, "call", finish)
     assert L.launch(CFG, "envace_8b", str(ck), str(done), data=no_services) == 0
-    assert json.loads(done.read_text()) == {
+    record = json.loads(done.read_text())
+    assert {k: record[k] for k in ("run", "last_step", "resumed_from", "checkpoint_dir", "trainer")} == {
         "run": "envace_8b",
         "last_step": 470,
         "resumed_from": 50,
         "checkpoint_dir": str(ck),
+        "trainer": "verl.trainer.main_ppo",
     }
+    assert record["versions"]["verl"] == "0.9.1" and record["metrics"] == str(ck / "metrics.jsonl")
 
 
 @pytest.fixture
@@ -177,3 +180,15 @@ def test_slurm_script_dry_run(fake_slurm):
         timeout=30,
     )
     assert bad.returncode == 3 and "has 2 nodes" in bad.stderr
+
+
+def test_metrics_of_attempts_merged_each_step_once(tmp_path):
+    """A killed attempt logged steps 1-3 (3 after its last checkpoint, torn last line); the resumed
+    attempt re-did 3 and went on: metrics.jsonl holds 1..5 once, step 3 from the second attempt."""
+    line = lambda step, v: json.dumps({"step": step, "data": {"v": v}}) + "\n"  # noqa: E731
+    (tmp_path / "metrics.attempt0.jsonl").write_text(line(1, "a") + line(2, "a") + line(3, "a") + '{"st')
+    (tmp_path / "metrics.attempt1.jsonl").write_text(line(3, "b") + line(4, "b") + line(5, "b"))
+    assert L.merge_metrics(tmp_path) == [1, 2, 3, 4, 5]
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["data"]["v"] for r in rows] == ["a", "a", "b", "b", "b"]
+    assert L._next_metrics_file(tmp_path).name == "metrics.attempt2.jsonl"
