@@ -46,12 +46,16 @@ NOT verified (needs Ray, TransferQueue servers, GPUs and vLLM): building the sec
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.utils.debug import marked_timer
+from verl.workers.engine_workers import ActorRolloutRefWorker
+from verl.workers.rollout.llm_server import LLMServerManager
 
 from envace.verl_ext.per_role import (
     REHEARSE_POOL,
@@ -63,23 +67,113 @@ from envace.verl_ext.per_role import (
     resume_step_dir,
     split_batch_by_role,
 )
-from envace.verl_ext.trainer import EnvaceTrainer
+from envace.verl_ext.trainer import AGREEMENT_METRIC, EnvaceTrainer
 
-__all__ = ["PairedWeightSync", "PerRoleTrainer", "prefix_metrics"]
+__all__ = [
+    "REPLICA_OFFSET_ENV",
+    "SKIP_REHEARSE_SYNC_ENV",
+    "OwnServerActorRolloutRefWorker",
+    "PairedWeightSync",
+    "PerRoleTrainer",
+    "PolicyServerManager",
+    "prefix_metrics",
+]
 
 REHEARSE_ROLE_KEY = "envace_rehearse_actor_rollout"  # the REHEARSE pool's key in verl's pool mapping
 
+#: Worker environment of the REHEARSE worker group: the number of rollout replicas before its own (the
+#: ACT policy's). verl's trainer-side ``ServerAdapter`` derives the server it addresses
+#: (``vllm_server_<replica>_<node>``) and the weight-transfer socket (``...-replica-<replica>-rank-<r>``)
+#: from the worker's rank within its own group; the offset makes them the REHEARSE replicas'.
+REPLICA_OFFSET_ENV = "ENVACE_ROLLOUT_REPLICA_OFFSET"
+
+#: Test switch (negative control), read by the trainer: ``all`` skips every REHEARSE weight sync (its
+#: servers keep their dummy initial weights: the defect the agreement guard exists for), ``after_first``
+#: skips every sync after the initial one. Unset or empty: both policies are synced at every step.
+SKIP_REHEARSE_SYNC_ENV = "ENVACE_TEST_SKIP_REHEARSE_SYNC"
+
+
+class OwnServerActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's ``ActorRolloutRefWorker`` whose rollout adapter addresses its own policy's replicas.
+
+    After verl's ``init_model`` the rollout adapter (verl's ``ServerAdapter``) is rebuilt through its own
+    ``replica_rank`` argument as ``<verl's replica rank> + $ENVACE_ROLLOUT_REPLICA_OFFSET``; verl derives
+    the server actor name and the weight-transfer socket from that rank. Without the variable (or 0) it
+    is verl's worker unchanged.
+    """
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        super().init_model()
+        offset = int(os.environ.get(REPLICA_OFFSET_ENV, "0") or 0)
+        rollout = getattr(self, "rollout", None)
+        if offset and rollout is not None:
+            self.rollout = type(rollout)(
+                config=rollout.config,
+                model_config=rollout.model_config,
+                device_mesh=rollout.device_mesh,
+                replica_rank=rollout.replica_rank + offset,
+            )
+
+
+class _WorkersAtGlobalRanks:
+    """A worker group as verl's ``RolloutReplica.init_hybrid`` reads it (``workers``), with the group's
+    workers placed at their replicas' global positions: ``init_hybrid`` slices
+    ``workers[world_size * replica_rank : world_size * (replica_rank + 1)]`` by the replica's global rank."""
+
+    def __init__(self, group: Any, first_worker: int) -> None:
+        self._group = group
+        self.workers = [None] * first_worker + list(group.workers)
+        self.world_size = group.world_size  # verl sizes the replica count by the real group
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._group, name)
+
+
+class PolicyServerManager(LLMServerManager):
+    """verl's ``LLMServerManager`` for a second policy's own worker group.
+
+    Its replicas take the global ranks ``start_rank ..`` (unique Ray actor names, the ranks the workers'
+    adapters address, see :class:`OwnServerActorRolloutRefWorker`) while each replica's workers are taken
+    from this group by its local index (:class:`_WorkersAtGlobalRanks`). Any number of replicas.
+    """
+
+    async def _initialize_llm_servers(self, start_rank: int | None = None) -> None:
+        first = self.start_rank if start_rank is None else start_rank
+        group = self.worker_group
+        if group is None or not first:
+            return await super()._initialize_llm_servers(start_rank)
+        rc = self.rollout_config
+        per_replica = (
+            rc.tensor_model_parallel_size * rc.data_parallel_size * rc.pipeline_model_parallel_size
+        )
+        self.worker_group = _WorkersAtGlobalRanks(group, first * per_replica)
+        try:
+            return await super()._initialize_llm_servers(start_rank)
+        finally:
+            self.worker_group = group
+
 
 class PairedWeightSync:
-    """verl's ``CheckpointEngineManager`` interface over several managers (ACT, then REHEARSE)."""
+    """verl's ``CheckpointEngineManager`` interface over several managers (ACT, then REHEARSE).
 
-    def __init__(self, managers: list[Any]) -> None:
+    ``skip``: ``{manager index: "all" | "after_first"}``, the test switch :data:`SKIP_REHEARSE_SYNC_ENV`.
+    """
+
+    def __init__(self, managers: list[Any], skip: dict[int, str] | None = None) -> None:
         self.managers = list(managers)
+        self.skip = dict(skip or {})
+        self.synced = [0] * len(self.managers)
 
     def update_weights(self, global_steps: int | None = None) -> dict:
         out: dict = {}
-        for m in self.managers:
+        for i, m in enumerate(self.managers):
+            mode = self.skip.get(i)
+            if mode == "all" or (mode == "after_first" and self.synced[i] >= 1):
+                print(f"envace: {SKIP_REHEARSE_SYNC_ENV}={mode}: weight sync {i} skipped", flush=True)
+                continue
             out.update(m.update_weights(global_steps) or {})
+            self.synced[i] += 1
         return out
 
     def sleep_replicas(self) -> None:
@@ -89,6 +183,17 @@ class PairedWeightSync:
     def wake_up_replicas(self) -> None:
         for m in self.managers:
             m.wake_up_replicas()
+
+
+def split_union(union: Any, counts: dict[str, int]) -> dict[str, Any]:
+    """Cut ``union`` (roles' rows concatenated in ``counts`` order) back into one batch meta per role."""
+    if sum(counts.values()) != len(union.keys):
+        raise ValueError(f"{len(union.keys)} rows in the union but {sum(counts.values())} expected")
+    out, start = {}, 0
+    for role, n in counts.items():
+        out[role] = union.select_keys(list(union.keys[start:start + n]))
+        start += n
+    return out
 
 
 def prefix_metrics(metrics: dict[str, Any], role: str) -> dict[str, Any]:
@@ -134,6 +239,7 @@ class PerRoleTrainer(EnvaceTrainer):
         self._load_rehearse_checkpoint()
 
     def _setup_rehearse_policy(self) -> None:
+        import ray
         from verl.checkpoint_engine import CheckpointEngineManager
         from verl.single_controller.ray import (
             RayClassWithInitArgs,
@@ -142,12 +248,15 @@ class PerRoleTrainer(EnvaceTrainer):
         )
         from verl.trainer.ppo.utils import Role
         from verl.utils.config import omega_conf_to_dataclass
-        from verl.workers.rollout.llm_server import LLMServerManager
 
+        skip = os.environ.get(SKIP_REHEARSE_SYNC_ENV, "")
+        if skip not in ("", "all", "after_first"):
+            raise ValueError(f"{SKIP_REHEARSE_SYNC_ENV}={skip!r}: expected all, after_first or unset")
         role = next(r for r in (Role.ActorRolloutRef, Role.ActorRollout) if r in self.role_worker_mapping)
         pool = self.resource_pool_manager.get_resource_pool(REHEARSE_ROLE_KEY)
+        act_replicas = len(self.llm_server_manager.get_replicas())
         worker = RayClassWithInitArgs(
-            cls=self.role_worker_mapping[role],
+            cls=ray.remote(OwnServerActorRolloutRefWorker),  # verl's worker + the replica offset below
             config=self.config.actor_rollout_ref,  # same base model and hyperparameters as ACT
             distillation_config=self.config.get("distillation"),
             role=str(role),
@@ -156,14 +265,15 @@ class PerRoleTrainer(EnvaceTrainer):
             resource_pool=pool,
             ray_cls_with_init=create_colocated_worker_cls(class_dict={str(role): worker}),
             device_name=self.config.trainer.device,
+            worker_env={REPLICA_OFFSET_ENV: str(act_replicas)},
         )
         self.rehearse_wg = group.spawn(prefix_set=[str(role)])[str(role)]
         self.rehearse_wg.init_model()
-        self.rehearse_server_manager = LLMServerManager.create(
+        self.rehearse_server_manager = PolicyServerManager.create(
             config=self.config,
             worker_group=self.rehearse_wg,
             rollout_resource_pool=pool,
-            start_rank=len(self.llm_server_manager.get_replicas()),
+            start_rank=act_replicas,  # global replica ranks after ACT's: unique server names and sockets
         )
         engine_cfg = omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine)
         engine_cfg.backend = "naive"  # colocated train + rollout on the REHEARSE pool, as verl does for ACT
@@ -171,7 +281,9 @@ class PerRoleTrainer(EnvaceTrainer):
             config=engine_cfg, actor_wg=self.rehearse_wg, replicas=self.rehearse_server_manager.get_replicas()
         )
         rehearse_sync.sleep_replicas()
-        self.checkpoint_manager = PairedWeightSync([self.checkpoint_manager, rehearse_sync])
+        self.checkpoint_manager = PairedWeightSync(
+            [self.checkpoint_manager, rehearse_sync], skip={1: skip} if skip else None
+        )
 
     def get_llm_client(self) -> RoleRoutingClient:
         clients = {"act": self.llm_server_manager, "rehearse": self.rehearse_server_manager}
@@ -271,16 +383,21 @@ class PerRoleTrainer(EnvaceTrainer):
             parts[role] = part
             metrics.update(prefix_metrics(role_metrics, role))
 
-        union = KVBatchMeta.concat([parts[r] for r in ROLES if r in parts])
+        order = [r for r in ROLES if r in parts]
+        union = KVBatchMeta.concat([parts[r] for r in order])
         with marked_timer("adv", timing_raw, color="brown"):
             union = self._compute_advantage(union, metrics=metrics)  # role-wise, over both roles' rows
+        # verl's advantage step returns a new batch meta that lists the fields it wrote (advantages,
+        # returns); the update reads only the fields its meta lists, so each role's batch is cut from it
+        parts = split_union(union, {r: len(parts[r]) for r in order})
 
         if self.config.trainer.critic_warmup <= self.global_steps:
-            for role in ROLES:
-                if role not in parts:
-                    continue
+            for role in order:
                 role_metrics = {}
                 with self._policy(role), marked_timer(f"update_actor_{role}", timing_raw, color="red"):
                     self._update_actor(parts[role], metrics=role_metrics)
                 metrics.update(prefix_metrics(role_metrics, role))
         return union
+
+    def _rollout_agreement_metrics(self) -> dict[str, str]:
+        return {"act": AGREEMENT_METRIC, "rehearse": "rehearse/" + AGREEMENT_METRIC}

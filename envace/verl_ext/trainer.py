@@ -26,6 +26,8 @@ missing role is a clear error).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import open_dict
@@ -34,9 +36,58 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from envace.verl_ext.advantage import role_group_ids
 
-__all__ = ["TRAINER_MODE", "EnvaceTrainer", "row_role"]
+__all__ = [
+    "AGREEMENT_METRIC",
+    "DEFAULT_MIN_AGREEMENT",
+    "TRAINER_MODE",
+    "EnvaceTrainer",
+    "RolloutAgreementError",
+    "check_rollout_agreement",
+    "row_role",
+]
 
 TRAINER_MODE = "envace_sync"
+
+#: verl's rollout-vs-actor agreement (``utils/debug/metrics.py calculate_debug_metrics``, computed in the
+#: old-log-prob pass when ``rollout.calculate_log_probs``): Pearson correlation of the token probabilities
+#: the rollout server sampled with and the ones the trained policy assigns to the same tokens.
+AGREEMENT_METRIC = "training/rollout_actor_probs_pearson_corr"
+_VALID_METRIC = "training/rollout_probs_diff_valid"  # 0: the batch had no response token to compare
+#: Used when ``envace.min_rollout_actor_corr`` is absent; the source is in _envace_common.yaml.
+DEFAULT_MIN_AGREEMENT = 0.8
+
+
+class RolloutAgreementError(RuntimeError):
+    """A policy's rollout server does not serve that policy's weights (agreement below the floor)."""
+
+
+def check_rollout_agreement(
+    metrics: Mapping[str, Any], policies: Mapping[str, str], floor: float, step: int
+) -> dict[str, float]:
+    """Each policy's agreement this step (``{policy: corr}``); :class:`RolloutAgreementError` below ``floor``.
+
+    ``policies``: ``{policy name: metric key}``. A policy without the metric this step (no rows of its
+    role) or whose batch had no response token is not measured; NaN counts as below the floor.
+    """
+    out: dict[str, float] = {}
+    bad = []
+    for policy, key in policies.items():
+        if key not in metrics:
+            continue
+        valid = metrics.get(key.replace(AGREEMENT_METRIC, _VALID_METRIC), 1)
+        if valid is not None and float(valid) == 0:
+            continue
+        value = float(metrics[key])
+        out[policy] = value
+        if math.isnan(value) or value < floor:
+            bad.append(f"{policy}: {key} = {value:.4g}")
+    if bad:
+        raise RolloutAgreementError(
+            f"step {step}: rollout-vs-actor probability agreement below envace.min_rollout_actor_corr="
+            f"{floor} ({'; '.join(bad)}): the rollout server does not sample from the policy being trained "
+            "(weights not synced to it?); stopping instead of training on mismatched rollouts"
+        )
+    return out
 
 
 def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
@@ -59,6 +110,29 @@ class EnvaceTrainer(PPOTrainerSync):
         self.trainer_mode = "sync"  # see the module docstring: verl tests the name, not the class
         self.parameter_sync_step = self.config.trainer.v1.get("sync", {}).get("parameter_sync_step", 1)
         return super()._build_replay_buffer()
+
+    def __init__(self, config: Any) -> None:
+        envace = config.get("envace", None) or {}
+        self.min_agreement = float(envace.get("min_rollout_actor_corr", DEFAULT_MIN_AGREEMENT))
+        if self.min_agreement > 0 and not config.actor_rollout_ref.rollout.get("calculate_log_probs", True):
+            raise ValueError(
+                "envace.min_rollout_actor_corr needs actor_rollout_ref.rollout.calculate_log_probs=true "
+                "(the agreement is computed from the rollout log-probs); set the floor to 0 to disable it"
+            )
+        super().__init__(config)
+
+    def _rollout_agreement_metrics(self) -> dict[str, str]:
+        """``{policy: metric key}`` of each trained policy's agreement (one shared policy here)."""
+        return {"shared": AGREEMENT_METRIC}
+
+    def step(self, metrics: dict, timing_raw: dict) -> Any:
+        """verl's step, then the agreement guard (before the checkpoint and the weight sync)."""
+        batch = super().step(metrics, timing_raw)
+        agreement = check_rollout_agreement(
+            metrics, self._rollout_agreement_metrics(), self.min_agreement, self.global_steps
+        )
+        metrics.update({f"envace/rollout_actor_corr/{p}": v for p, v in agreement.items()})
+        return batch
 
     def _row_roles(self, batch: Any, extra_fields: Any = None) -> list[str | None]:
         """Each row's role (``None`` for padding), read from TransferQueue unless ``extra_fields`` given."""

@@ -4,6 +4,7 @@ role-wise advantage pass, padding clean-up, weight sync of both policies, and ch
 
 from __future__ import annotations
 
+import asyncio
 import os
 from types import SimpleNamespace
 from typing import Any
@@ -12,11 +13,22 @@ import pytest
 import transfer_queue
 from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
+from verl.workers.rollout.replica import RolloutReplica
 
 from envace.config import load_config
 from envace.verl_ext.compose import compose, run_overrides
 from envace.verl_ext.per_role import REHEARSE_POOL
-from envace.verl_ext.per_role_trainer import PairedWeightSync, PerRoleTrainer, prefix_metrics
+from envace.verl_ext.per_role_trainer import (
+    REPLICA_OFFSET_ENV,
+    SKIP_REHEARSE_SYNC_ENV,
+    OwnServerActorRolloutRefWorker,
+    PairedWeightSync,
+    PerRoleTrainer,
+    PolicyServerManager,
+    prefix_metrics,
+    split_union,
+)
+from envace.verl_ext.trainer import RolloutAgreementError, check_rollout_agreement
 
 CFG = load_config("config/config.yaml")
 ROLES = ["act", "rehearse", "act", "rehearse", "act", None, "act"]
@@ -225,3 +237,144 @@ def test_prefix_metrics():
     assert prefix_metrics(m, "rehearse") == {
         "rehearse_actor/pg_loss": 1, "perf/mfu/rehearse_actor": 2, "rehearse/global_seqlen/mean": 3
     }
+
+
+# ---------------------------------------------------------------- the second policy's own servers and sync
+
+
+def test_role_batches_are_cut_after_the_advantage_step(trainer):
+    """verl's advantage step returns a new meta listing the fields it wrote; each update must get those."""
+
+    def advantage(batch, metrics):
+        trainer.log.append(("adv", None, tuple(batch.keys)))
+        return KVBatchMeta(keys=list(batch.keys), tags=list(batch.tags), partition_id=batch.partition_id,
+                           fields=["advantages", "returns"])
+
+    seen: dict[str, Any] = {}
+
+    def update(batch, metrics):
+        seen[trainer.actor_rollout_wg.name] = (tuple(batch.keys), batch.fields)
+        return batch
+
+    trainer._compute_advantage, trainer._update_actor = advantage, update
+    trainer._step_once({}, {}, 16)
+    assert seen["act"][1] == ["advantages", "returns"] == seen["rehearse"][1]
+    act_keys = tuple(k for k, r in zip(trainer.extra, ROLES, strict=True) if r == "act")
+    assert seen["act"][0] == (*act_keys, "padact_0_0")
+
+
+def test_split_union_checks_counts():
+    union = KVBatchMeta(keys=["a", "b", "c"], tags=[{}, {}, {}], partition_id="train")
+    parts = split_union(union, {"act": 2, "rehearse": 1})
+    assert parts["act"].keys == ["a", "b"] and parts["rehearse"].keys == ["c"]
+    with pytest.raises(ValueError, match="3 rows"):
+        split_union(union, {"act": 1})
+
+
+@pytest.mark.parametrize(("mode", "expected"), [(None, 3), ("after_first", 1), ("all", 0)])
+def test_paired_sync_test_switch(mode, expected):
+    act, reh = FakeSync(), FakeSync()
+    sync = PairedWeightSync([act, reh], skip={1: mode} if mode else None)
+    for step in range(3):
+        sync.update_weights(step)
+    assert len(act.calls) == 3 and len(reh.calls) == expected
+
+
+def test_rehearse_sync_switch_is_read_from_the_environment(trainer, monkeypatch):
+    monkeypatch.setenv(SKIP_REHEARSE_SYNC_ENV, "sometimes")
+    with pytest.raises(ValueError, match=SKIP_REHEARSE_SYNC_ENV):
+        trainer._setup_rehearse_policy()
+
+
+class _FakeReplica(RolloutReplica):
+    """verl's RolloutReplica with its real init_hybrid; launch_servers only records the workers it got."""
+
+    async def launch_servers(self):
+        assert len(self.workers) == self.world_size, "verl's assertion in vLLMReplica.launch_servers"
+        self._server_handle, self._server_address = f"server{self.replica_rank}", f"addr{self.replica_rank}"
+
+
+class _FakeServerManager(PolicyServerManager):
+    rollout_replica_class = _FakeReplica
+
+
+def _with_tp(config, tp):
+    c = OmegaConf.create(OmegaConf.to_container(config))
+    c.actor_rollout_ref.rollout.tensor_model_parallel_size = tp
+    return c
+
+
+@pytest.mark.parametrize(("act_replicas", "own_workers", "tp"), [(1, 1, 1), (2, 2, 1), (3, 1, 1), (1, 4, 2)])
+def test_second_policy_replicas_take_their_own_workers(config, act_replicas, own_workers, tp):
+    group = SimpleNamespace(workers=[f"reh_w{i}" for i in range(own_workers)], world_size=own_workers)
+    manager = _FakeServerManager(config=_with_tp(config, tp), worker_group=group, start_rank=act_replicas)
+    asyncio.run(manager._initialize_llm_servers())
+    replicas = manager.rollout_replicas
+    n = own_workers // tp
+    assert [r.replica_rank for r in replicas] == list(range(act_replicas, act_replicas + n))
+    # each replica gets its own slice of this group (not past its end)
+    assert [r.workers for r in replicas] == [group.workers[i * tp:(i + 1) * tp] for i in range(n)]
+    assert manager.worker_group is group  # the view is only lent to verl's init_hybrid
+
+
+def test_first_policy_manager_is_verls(config):
+    group = SimpleNamespace(workers=["w0", "w1"], world_size=2)
+    manager = _FakeServerManager(config=_with_tp(config, 1), worker_group=group)
+    asyncio.run(manager._initialize_llm_servers())
+    assert [r.workers for r in manager.rollout_replicas] == [["w0"], ["w1"]]
+
+
+class _FakeAdapter:
+    def __init__(self, config, model_config, device_mesh, replica_rank=-1):
+        self.config, self.model_config, self.device_mesh = config, model_config, device_mesh
+        self.replica_rank = 0 if replica_rank == -1 else replica_rank  # verl: RANK // rollout world size
+
+
+@pytest.mark.parametrize(("offset", "expected"), [("", 0), ("0", 0), ("2", 2)])
+def test_worker_adapter_addresses_its_policys_replica(monkeypatch, offset, expected):
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    def verl_init_model(self):
+        self.rollout = _FakeAdapter("cfg", "model", "mesh")
+
+    monkeypatch.setattr(ActorRolloutRefWorker, "init_model", verl_init_model)
+    monkeypatch.setenv(REPLICA_OFFSET_ENV, offset)
+    worker = object.__new__(OwnServerActorRolloutRefWorker)
+    OwnServerActorRolloutRefWorker.init_model(worker)
+    assert worker.rollout.replica_rank == expected
+    assert (worker.rollout.config, worker.rollout.model_config, worker.rollout.device_mesh) == (
+        "cfg", "model", "mesh")
+
+
+def test_verl_adapter_takes_a_replica_rank():
+    """The coupling: verl's vLLM ServerAdapter accepts the replica rank the worker subclass passes."""
+    import inspect
+
+    from verl.workers.rollout.vllm_rollout import ServerAdapter
+
+    assert "replica_rank" in inspect.signature(ServerAdapter.__init__).parameters
+
+
+# ---------------------------------------------------------------- the agreement guard
+
+
+def test_agreement_guard_per_role(trainer):
+    keys = trainer._rollout_agreement_metrics()
+    ok = {keys["act"]: 0.9999, keys["rehearse"]: 0.9997}
+    assert check_rollout_agreement(ok, keys, 0.8, 1) == {"act": 0.9999, "rehearse": 0.9997}
+    with pytest.raises(RolloutAgreementError, match=r"rehearse: rehearse/training/rollout_actor_probs"):
+        check_rollout_agreement({**ok, keys["rehearse"]: 0.002}, keys, 0.8, 2)
+    with pytest.raises(RolloutAgreementError):
+        check_rollout_agreement({**ok, keys["act"]: float("nan")}, keys, 0.8, 2)
+    # a role without rows this step, or without response tokens, is not measured
+    assert check_rollout_agreement({keys["act"]: 0.99}, keys, 0.8, 1) == {"act": 0.99}
+    no_tokens = {**ok, keys["rehearse"]: float("nan"), "rehearse/training/rollout_probs_diff_valid": 0}
+    assert set(check_rollout_agreement(no_tokens, keys, 0.8, 1)) == {"act"}
+
+
+def test_agreement_floor_from_config(trainer, config):
+    assert trainer.min_agreement == config.envace.min_rollout_actor_corr == 0.8
+    c = OmegaConf.create(OmegaConf.to_container(config))
+    c.actor_rollout_ref.rollout.calculate_log_probs = False
+    with pytest.raises(ValueError, match="calculate_log_probs"):
+        PerRoleTrainer(c)
