@@ -14,8 +14,8 @@ Implemented:
   Each prompt is rendered both without template arguments (what ``transformers serve`` and our
   evaluation use) and with ``enable_thinking=False`` (Qwen3's empty think block).
 - :func:`sft` — cross-entropy steps on the response tokens (summed over all responses, divided by their
-  count), AdamW, gradient clipping, length-sorted micro-batches; returns the loss per step. Also used by
-  the CPU trainer's per-run warm start (:meth:`envace.cpu_trainer.CpuTrainer.warm_start`).
+  count), AdamW, gradient clipping, length-sorted micro-batches; returns the loss per step.
+  (The smoke runs then train the warm-started model with verl's main_ppo.)
 
 Simplification: the reference final answers and later turns are not trained on; the model only needs to
 emit parseable protocol text, not good answers. Limit: the fixture prompts are short (about 200-400

