@@ -30,7 +30,8 @@ trajectory ACT and REHEARSE generations interleave, so both policies' inference 
 once; colocating two hybrid (train + vLLM) engines per GPU is not a layout verl 0.9.1 sets up.
 
 Verified on CPU (tests/verl_ext/test_per_role.py): the node split, routing with stand-in clients, the
-split of a batch (``KVBatchMeta`` and ``DataProto``), the checkpoint paths and the config checks.
+split of a batch (``KVBatchMeta`` and ``DataProto``), the checkpoint paths and the config checks; the
+whole per-role run through verl's ``main_ppo`` in tests/verl_ext/test_per_role_main_ppo.py.
 """
 
 from __future__ import annotations
@@ -187,6 +188,12 @@ def check_per_role_config(config: Any) -> None:
     arr = config.actor_rollout_ref
     if not bool(arr.get("hybrid_engine", True)):
         problems.append("actor_rollout_ref.hybrid_engine must be true (each policy serves its own rollouts)")
+    rollout = arr.get("rollout", None) or {}
+    if rollout.get("name", "vllm") != "vllm":
+        problems.append(f"actor_rollout_ref.rollout.name must be vllm (got {rollout.get('name')!r}): the "
+                        "REHEARSE policy's servers are addressed through verl's vLLM ServerAdapter")
+    if bool((rollout.get("disaggregation", None) or {}).get("enabled", False)):
+        problems.append("actor_rollout_ref.rollout.disaggregation (prefill/decode) is not supported")
     lora = arr.model.get("lora", None) or {}
     if int(lora.get("rank", 0) or 0) > 0 or int(arr.model.get("lora_rank", 0) or 0) > 0:
         problems.append("LoRA is not supported: the ablation is two full sets of parameters")

@@ -10,20 +10,44 @@ layout helpers are in :mod:`envace.verl_ext.per_role`. verl 0.9.1 hooks used, no
   rehearse_n_gpus_per_node``) next to verl's ``global_pool`` (the ACT policy, ``trainer.nnodes x
   trainer.n_gpus_per_node``); verl's GPU availability check then counts both.
 - ``_setup``: after verl's setup (ACT side, its resume), builds the REHEARSE worker group from the same
-  worker class and ``actor_rollout_ref`` config, its ``LLMServerManager`` (replica ranks after the ACT
-  replicas, so Ray actor names do not collide) and a ``CheckpointEngineManager``; the trainer's
-  ``checkpoint_manager`` becomes :class:`PairedWeightSync`, so verl's sync-mode hooks (wake + update
-  weights after each step, sleep after sampling) act on both policies.
+  ``actor_rollout_ref`` config, its rollout replicas and a ``CheckpointEngineManager``; the trainer's
+  ``checkpoint_manager`` becomes :class:`PairedWeightSync`, so verl's sync-mode hooks (update weights
+  after loading and after each step, sleep after sampling) act on both policies.
+
+The second policy's servers and weight sync (the verl coupling; each is a narrow subclass or verl's
+documented worker environment, no verl function is copied):
+
+- replica ranks are global: the REHEARSE replicas take ranks ``n_act .. n_act + k - 1`` (``n_act`` = the
+  ACT replicas), so their Ray actor names (``vllm_server_<rank>_<node>``) and weight sockets are unique.
+- :class:`PolicyServerManager` (subclass of verl's ``LLMServerManager``, only ``_initialize_llm_servers``):
+  verl's ``RolloutReplica.init_hybrid`` takes a replica's workers as ``workers[world_size * rank :
+  world_size * (rank + 1)]`` by its *global* rank, past the end of the REHEARSE group (verl's
+  ``AssertionError: worker number 0 not equal to world size 1``); the manager lends ``init_hybrid`` a
+  view in which the group's workers sit at their global positions (:class:`_WorkersAtGlobalRanks`).
+- :class:`OwnServerActorRolloutRefWorker` (subclass of verl's ``ActorRolloutRefWorker``, only
+  ``init_model``) + the worker environment ``ENVACE_ROLLOUT_REPLICA_OFFSET`` (``RayWorkerGroup``'s
+  ``worker_env``): verl's trainer-side ``ServerAdapter`` derives the server it addresses and the weight
+  socket from ``RANK // rollout_world_size``, the rank *within its own group*, so without this the
+  REHEARSE workers push their weights to the ACT server and the REHEARSE server keeps its dummy initial
+  weights (measured: REHEARSE rollout-vs-actor correlation 0.002). The subclass rebuilds the adapter
+  through verl's own ``replica_rank`` argument, offset by the variable; unset it is verl's worker.
+- test switch ``ENVACE_TEST_SKIP_REHEARSE_SYNC`` (``all`` | ``after_first``, read in ``_setup``): skips
+  REHEARSE weight syncs, the negative control of the agreement guard
+  (:func:`envace.verl_ext.trainer.check_rollout_agreement`, per role here: ``act`` =
+  ``training/rollout_actor_probs_pearson_corr``, ``rehearse`` = ``rehearse/training/...``).
+
 - ``get_llm_client``: verl's ``TaskRunnerV1`` builds the agent-loop manager from it; it returns a
   :class:`envace.verl_ext.per_role.RoleRoutingClient`, and the agent loop sends ACT turns to the ACT
   policy's servers and REHEARSE replies to the REHEARSE policy's servers.
 - ``_step_once``: sample (verl's replay buffer), split the rows by ``envace_role`` (padding rows are
   cleared; each part is re-padded for its own worker group), per role: balance, old log-probs (and
   reference log-probs when the KL loss is on) on that role's policy; role-wise advantages **once on the
-  union** (groups ``(prompt uid, role)``, exactly as in the shared run); then each policy's update with
-  only its own rows (``_update_actor`` of :class:`EnvaceTrainer`: one optimizer step per batch per
+  union** (groups ``(prompt uid, role)``, exactly as in the shared run); the role batches are then cut
+  from the batch meta the advantage step returns (it lists the ``advantages`` it wrote; a meta taken
+  before it does not, and verl's loss fails with ``KeyError 'advantages'``); then each policy's update
+  with only its own rows (``_update_actor`` of :class:`EnvaceTrainer`: one optimizer step per batch per
   policy). A role with no rows in a step is not updated that step. REHEARSE metrics are logged as
-  ``rehearse_actor/*`` (verl's ``actor/*`` names stay the ACT policy's).
+  ``rehearse_actor/*`` / ``rehearse/*`` (verl's ``actor/*`` names stay the ACT policy's).
 - ``_save_checkpoint`` / ``_load_checkpoint``: the REHEARSE policy is saved to
   ``global_step_<N>/rehearse_actor`` before verl saves the ACT policy (``actor``), ``data.pt`` and the
   tracker; on resume both are loaded from the same step, and a step folder without the REHEARSE policy
@@ -37,11 +61,17 @@ call (:meth:`PerRoleTrainer._policy`); verl has no worker-group parameter on the
 Verified on CPU (tests/verl_ext/test_per_role_trainer.py), with stand-in worker groups and TransferQueue
 reads: the trainer is constructed from the composed ``per_role_8b`` config (sync replay buffer); both
 pools are in verl's resource-pool spec; the step routes each role's rows to its own worker group for
-log-probs (and reference log-probs) and updates and computes advantages once on the union; sampled
-padding rows are cleared; both weight syncs run in verl's sync hooks; the checkpoint layout and save
-order; resume loads both policies from one step and refuses a step folder without the REHEARSE policy.
-NOT verified (needs Ray, TransferQueue servers, GPUs and vLLM): building the second worker group
-(``_setup_rehearse_policy``), its replicas, its weight sync, and a real training step.
+log-probs (and reference log-probs) and updates, computes advantages once on the union and hands each
+update the post-advantage meta; sampled padding rows are cleared; both weight syncs run in verl's sync
+hooks, and the test switch skips REHEARSE's; verl's real ``init_hybrid`` gives each REHEARSE replica its
+own workers (1-3 ACT replicas, 1-4 REHEARSE workers, TP 1 and 2); the worker subclass offsets the
+adapter's replica rank; the checkpoint layout and save order; resume loads both policies from one step
+and refuses a step folder without the REHEARSE policy.
+Verified through verl's real ``main_ppo`` on CPU (tests/verl_ext/test_per_role_main_ppo.py, one replica
+per policy, tiny model): 2 steps with both roles' rows trained and both policies' correlation
+0.9997-0.99995 every step; both policies checkpointed and resumed at step 2; with the REHEARSE sync
+skipped the guard stops the run at step 1. NOT verified: more than one replica per policy through Ray
+(unit-tested only), multi-node, GPUs.
 """
 
 from __future__ import annotations

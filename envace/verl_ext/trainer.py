@@ -1,6 +1,6 @@
 """A narrow subclass of verl 0.9.1's v1 sync trainer (``trainer.v1.trainer_mode=envace_sync``).
 
-Implemented (GPU path; not runnable on CPU — it needs Ray, TransferQueue and the FSDP workers):
+Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:`envace.verl_ext.cpu`):
 
 - :meth:`EnvaceTrainer._compute_advantage`: before verl's own advantage step, rewrite each row's ``uid``
   in TransferQueue to the role-aware id ``"<uid>::<role>"`` (role from the row's ``extra_fields``
@@ -19,9 +19,20 @@ Implemented (GPU path; not runnable on CPU — it needs Ray, TransferQueue and t
   async variants. The trainer therefore records ``trainer_mode = "sync"`` (its registered name stays
   ``envace_sync``) before verl builds the buffer.
 
+- :meth:`EnvaceTrainer.step` + :func:`check_rollout_agreement`, the guard: after verl's step (before
+  the checkpoint and the weight sync) each trained policy's rollout-vs-actor agreement (verl's
+  ``training/rollout_actor_probs_pearson_corr``; one shared policy here, ACT and REHEARSE in
+  :mod:`envace.verl_ext.per_role_trainer`) is logged as ``envace/rollout_actor_corr/<policy>`` and the
+  run stops with :class:`RolloutAgreementError` when one is below ``envace.min_rollout_actor_corr``
+  (``_envace_common.yaml``; 0 disables). Why: a rollout server that does not get its policy's weights
+  trains on garbage without a word (the per-role REHEARSE server did: correlation 0.002).
+
 Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is
-verl's. Unverified here: the exact TransferQueue field layout of ``extra_fields`` (read defensively, a
-missing role is a clear error).
+verl's. Verified: the guard's decisions in tests/verl_ext/test_per_role_trainer.py; the whole trainer
+through verl's real ``main_ppo`` on CPU in tests/verl_ext/test_main_ppo_cpu.py (shared policy) and
+test_per_role_main_ppo.py (per-role subclass, including the guard stopping
+an unsynced run); there the roles are read from TransferQueue's ``extra_fields`` as written by the agent
+loop (a row without a role is a clear error).
 """
 
 from __future__ import annotations

@@ -83,10 +83,13 @@ def test_check_per_role_config_refuses(per_role_cfg):
     bad.envace.mode = "external_simulator"
     bad.actor_rollout_ref.model.lora_rank = 8
     bad.envace.per_role.rehearse_nnodes = 0
+    bad.actor_rollout_ref.rollout.name = "sglang"
+    bad.actor_rollout_ref.rollout.disaggregation.enabled = True
     with pytest.raises(ValueError) as err:
         check_per_role_config(bad)
     msg = str(err.value)
     assert "envace.mode must be rehearsal" in msg and "LoRA" in msg and "rehearse_nnodes" in msg
+    assert "rollout.name must be vllm" in msg and "disaggregation" in msg
 
 
 @pytest.mark.parametrize(
