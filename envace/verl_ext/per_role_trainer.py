@@ -245,6 +245,8 @@ def prefix_metrics(metrics: dict[str, Any], role: str) -> dict[str, Any]:
 class PerRoleTrainer(EnvaceTrainer):
     """Two policies (ACT, REHEARSE) with separate parameters; see the module docstring."""
 
+    agreement_by_role = False  # each old-log-prob pass is one role's rows already
+
     def __init__(self, config: Any) -> None:
         check_per_role_config(config)
         super().__init__(config)

@@ -21,8 +21,9 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
 
 - :meth:`EnvaceTrainer.step` + :func:`check_rollout_agreement`, the guard: after verl's step (before
   the checkpoint and the weight sync) each trained policy's rollout-vs-actor agreement (verl's
-  ``training/rollout_actor_probs_pearson_corr``; one shared policy here, ACT and REHEARSE in
-  :mod:`envace.verl_ext.per_role_trainer`) is logged as ``envace/rollout_actor_corr/<policy>`` and the
+  ``training/rollout_actor_probs_pearson_corr``; here the shared policy on all rows and, through verl's
+  own ``calculate_debug_metrics`` on each role's rows, ``envace/<role>/training/...``; ACT and REHEARSE
+  in :mod:`envace.verl_ext.per_role_trainer`) is logged as ``envace/rollout_actor_corr/<name>`` and the
   run stops with :class:`RolloutAgreementError` when one is below ``envace.min_rollout_actor_corr``
   (``_envace_common.yaml``; 0 disables). Why: a rollout server that does not get its policy's weights
   trains on garbage without a word (the per-role REHEARSE server did: correlation 0.002).
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 TRAINER_MODE = "envace_sync"
+ROLES = ("act", "rehearse")
 
 #: verl's rollout-vs-actor agreement (``utils/debug/metrics.py calculate_debug_metrics``, computed in the
 #: old-log-prob pass when ``rollout.calculate_log_probs``): Pearson correlation of the token probabilities
@@ -132,9 +134,43 @@ class EnvaceTrainer(PPOTrainerSync):
             )
         super().__init__(config)
 
+    #: Also compute the agreement on each role's rows (``envace/<role>/training/...``): one policy
+    #: serves both roles here, so a role sampled with other settings than the actor scores (e.g. another
+    #: temperature) shows only in its own rows. The per-role trainer's passes are one role each already.
+    agreement_by_role = True
+
     def _rollout_agreement_metrics(self) -> dict[str, str]:
-        """``{policy: metric key}`` of each trained policy's agreement (one shared policy here)."""
-        return {"shared": AGREEMENT_METRIC}
+        """``{name: metric key}`` the guard checks: the shared policy on all rows and on each role's rows."""
+        by_role = {f"shared/{r}": f"envace/{r}/{AGREEMENT_METRIC}" for r in ROLES}
+        return {"shared": AGREEMENT_METRIC, **by_role}
+
+    def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
+        batch = super()._compute_old_log_prob(batch, metrics)
+        if self.agreement_by_role and self.config.actor_rollout_ref.rollout.get("calculate_log_probs", True):
+            metrics.update(self._role_agreement(batch))
+        return batch
+
+    def _role_agreement(self, batch: Any) -> dict[str, float]:
+        """verl's ``calculate_debug_metrics`` on each role's rows, read back from TransferQueue (the fields
+        verl's old-log-prob pass wrote and read), as ``envace/<role>/training/...``."""
+        import transfer_queue as tq
+        from verl.protocol import DataProto
+        from verl.utils.debug.metrics import calculate_debug_metrics
+
+        roles = self._row_roles(batch)
+        out: dict[str, float] = {}
+        for role in ROLES:
+            keys = [k for k, r in zip(batch.keys, roles, strict=True) if r == role]
+            if not keys:
+                continue
+            data = tq.kv_batch_get(
+                keys=keys,
+                partition_id=batch.partition_id,
+                select_fields=["old_log_probs", "rollout_log_probs", "response_mask", "responses"],
+            )
+            m = calculate_debug_metrics(DataProto(batch=data.to_padded_tensor()))
+            out.update({f"envace/{role}/{k}": float(v) for k, v in m.items()})
+        return out
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         """verl's step, then the agreement guard (before the checkpoint and the weight sync)."""

@@ -378,3 +378,40 @@ def test_agreement_floor_from_config(trainer, config):
     c.actor_rollout_ref.rollout.calculate_log_probs = False
     with pytest.raises(ValueError, match="calculate_log_probs"):
         PerRoleTrainer(c)
+
+
+def test_shared_trainer_agreement_per_role(monkeypatch):
+    """The shared-policy trainer measures each role's rows too, with verl's calculate_debug_metrics."""
+    import torch
+    from tensordict import TensorDict
+
+    from envace.verl_ext.trainer import EnvaceTrainer
+
+    c = compose("envace_8b", run_overrides(CFG, "envace_8b", "/tmp/unused_ck", "/d/t.parquet"))
+    OmegaConf.resolve(c)
+    t = EnvaceTrainer(c)
+    gen = torch.Generator().manual_seed(0)
+    rows = {}
+    for i, role in enumerate(["act", "act", "rehearse", "rehearse"]):
+        actor = torch.rand(6, generator=gen).log()
+        rollout = actor + 1e-4 if role == "act" else torch.rand(6, generator=gen).log()  # REHEARSE unsynced
+        rows[f"k{i}"] = (role, actor, rollout)
+    batch = KVBatchMeta(keys=[*rows, "pad"], tags=[{}] * 4 + [{"is_padding": True}], partition_id="train")
+
+    def kv_batch_get(keys, partition_id, select_fields):
+        if select_fields == ["extra_fields"]:
+            return {"extra_fields": [{"envace_role": rows[k][0] if k in rows else "act"} for k in keys]}
+        assert "pad" not in keys
+        td = TensorDict({"old_log_probs": torch.stack([rows[k][1] for k in keys]),
+                         "rollout_log_probs": torch.stack([rows[k][2] for k in keys]),
+                         "response_mask": torch.ones(len(keys), 6, dtype=torch.long),
+                         "responses": torch.zeros(len(keys), 6, dtype=torch.long)}, batch_size=len(keys))
+        return SimpleNamespace(to_padded_tensor=lambda: td)
+
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", kv_batch_get)
+    m = t._role_agreement(batch)
+    assert m["envace/act/training/rollout_actor_probs_pearson_corr"] > 0.999
+    assert m["envace/rehearse/training/rollout_actor_probs_pearson_corr"] < 0.8
+    with pytest.raises(RolloutAgreementError, match="shared/rehearse"):
+        check_rollout_agreement({**m, "training/rollout_actor_probs_pearson_corr": 0.95},
+                                t._rollout_agreement_metrics(), t.min_agreement, 1)
