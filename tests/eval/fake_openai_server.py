@@ -2,8 +2,8 @@
 
 ``GET /health`` -> 200. ``POST /v1/completions``: with a token-id prompt (vLLM style) it answers the ids
 ``[7, 8, 2]`` as ``token_id:N`` strings with log-probs ``-0.5``; with a text prompt it answers the text
-``"ok"`` (transformers-serve style, no log-probs). It starts one child process (to test that the whole
-process group is stopped) and writes the child's pid to CHILD_PID_FILE.
+``"ok"``. It starts one child process (like vLLM's engine core: to test that the whole process group is
+stopped) and writes the child's pid to CHILD_PID_FILE.
 """
 
 import json

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -147,8 +148,76 @@ def test_selfcheck_command_prints_passed_over_total(capsys):
 
 
 def test_serve_rejects_a_missing_local_model(capsys):
-    assert main(["serve", "--model-path", "./no/such/model", "--device", "cpu"]) == 1
+    smoke = str(ROOT / "config/smoke.yaml")
+    assert main(["serve", "--config", smoke, "--model-path", "./no/such/model"]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_eval_refuses_a_missing_path_in_one_line(fast_config, tmp_path, capsys):
+    argv = ["eval", "--config", str(fast_config), "--model", "qwen3_8b", "--model-path", "/does/not/exist",
+            "--benchmark", "finmcp", "--seed", "0", "--out", str(tmp_path / "o.jsonl")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "envace eval: error: model path /does/not/exist does not exist"
+
+
+def test_eval_refuses_a_checkpoint_without_weights(fast_config, tmp_path, capsys):
+    """A verl checkpoint saved without 'hf_model': actor/huggingface/ holds config and tokenizer only."""
+    hf = tmp_path / "ckpt" / "global_step_4" / "actor" / "huggingface"
+    hf.mkdir(parents=True)
+    (hf / "config.json").write_text("{}")
+    (hf / "tokenizer.json").write_text("{}")
+    argv = ["eval", "--config", str(fast_config), "--model", "envace_8b", "--checkpoint-dir",
+            str(tmp_path / "ckpt"), "--benchmark", "finmcp", "--seed", "0", "--out",
+            str(tmp_path / "o.jsonl")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert str(hf) in err and "no weight files" in err and "save_contents" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_eval_job_runs_every_benchmark_and_seed_and_restores_finished_runs(tiny_dir, fast_config, tmp_path,
+                                                                           capsys):
+    """One job, several runs (--out template); a run finished by a job that failed later is restored from
+    its kept link (Snakemake deletes a failed job's outputs), not run again."""
+    from envace.results import manifest_path
+
+    cfg = yaml.safe_load(fast_config.read_text())
+    cfg["benchmarks"]["finmcp"]["limit"] = 1
+    cfg["benchmarks"]["bfcl_multi_turn"]["limit"] = 1
+    fast_config.write_text(yaml.safe_dump(cfg))
+    template = str(tmp_path / "eval/qwen3_8b/{benchmark}/seed{seed}.jsonl")
+    argv = ["eval", "--config", str(fast_config), "--model", "qwen3_8b", "--model-path", str(tiny_dir),
+            "--benchmark", "finmcp", "bfcl_multi_turn", "--seed", "0", "1", "--out", template,
+            "--backend", "hf", "--no-progress"]
+    assert main(argv) == 0
+    files = [tmp_path / f"eval/qwen3_8b/{b}/seed{s}.jsonl"
+             for b in ("finmcp", "bfcl_multi_turn") for s in (0, 1)]
+    loaded = load_config(fast_config)
+    for path in files:
+        res = read_results(path, expected_hash=eval_hash(loaded, "qwen3_8b", path.parent.name))
+        assert res.manifest["seed"] == int(path.stem[-1]) and "serving" in res.manifest
+    assert not list(tmp_path.rglob(".done"))
+    first_manifest = manifest_path(files[0]).read_text()
+
+    # a job that finished finmcp seed0 and then failed: Snakemake removed every output, the link stays
+    kept = files[0].parent / ".done"
+    kept.mkdir()
+    for f in (files[0], manifest_path(files[0])):
+        os.link(f, kept / f.name)
+    for f in files:
+        f.unlink()
+        manifest_path(f).unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"{files[0]}: restored" in err and "3 runs" in err
+    assert manifest_path(files[0]).read_text() == first_manifest and all(f.exists() for f in files)
+    assert not kept.exists()
+
+    collide = [a if a != template else str(tmp_path / "one.jsonl") for a in argv]
+    assert main(collide) == 1
+    assert "same file" in capsys.readouterr().err
 
 
 def test_gpu_split_helpers(monkeypatch):

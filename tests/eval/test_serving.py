@@ -1,23 +1,36 @@
-"""Serving (envace.serving) and the HTTP model backends (envace.backends), against a stand-in server;
-one test starts the real ``transformers serve`` with the tiny model."""
+"""Serving (envace.serving) and the HTTP model backend (envace.backends) against a stand-in server: the
+``vllm serve`` command line from the config, health, restart, group shutdown, servers dying with a
+kill -9'd parent, the model-path checks. The real ``vllm serve`` tests are in test_vllm.py."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from envace.backends import TextCompletionsBackend, VLLMCompletionsBackend
+from envace.backends import VLLMCompletionsBackend, sample_seed
 from envace.bench.runner import BackendError
-from envace.serving import ServedModel, Server, ServerError, free_port, server_command
+from envace.config import ConfigError, load_config
+from envace.serving import (
+    ModelPathError,
+    Server,
+    ServerError,
+    VLLMSettings,
+    check_model_path,
+    free_port,
+    server_command,
+)
 
 FAKE = str(Path(__file__).with_name("fake_openai_server.py"))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
@@ -26,24 +39,67 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     try:  # a zombie (exited, not reaped by its parent) counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
 
 
-def test_vllm_and_transformers_command_lines():
-    cmd = server_command("vllm", "/m/qwen", host="0.0.0.0", port=8123, served_name="qwen3_8b", gpus=2, seed=3,
-                         max_model_len=20480)
-    assert cmd[1:3] == ["serve", "/m/qwen"] and cmd[0].endswith("vllm")
-    flags = dict(zip(cmd[3::2], cmd[4::2], strict=True))
-    assert flags == {"--host": "0.0.0.0", "--port": "8123", "--served-model-name": "qwen3_8b",
-                     "--tensor-parallel-size": "2", "--seed": "3", "--max-model-len": "20480"}
-    cmd = server_command("transformers", "/m/tiny", host="127.0.0.1", port=9, device="cpu")
-    assert cmd[1:3] == ["serve", "/m/tiny"] and cmd[cmd.index("--device") + 1] == "cpu"
-    multi = server_command("transformers", "", host="127.0.0.1", port=9, device="cpu")
-    assert multi[1:3] == ["serve", "--host"] and "--model-timeout" in multi  # nothing pinned
-    with pytest.raises(ValueError):
-        server_command("tgi", "/m", host="h", port=1)  # type: ignore[arg-type]
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def test_vllm_command_line_comes_from_the_config():
+    for name in ("config.yaml", "smoke.yaml"):
+        settings = VLLMSettings.from_config(load_config(ROOT / "config" / name))
+        cmd = server_command("vllm", "/m/qwen", host="0.0.0.0", port=8123, served_name="qwen3_8b", gpus=2,
+                             settings=settings)
+        assert cmd[1:3] == ["serve", "/m/qwen"] and cmd[0].endswith("vllm")
+        assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
+        assert cmd[cmd.index("--served-model-name") + 1] == "qwen3_8b"
+        assert cmd[cmd.index("--max-model-len") + 1] == str(settings.max_model_len)
+        assert cmd[cmd.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in cmd
+        record = settings.record()
+        assert record["flags"] == settings.flags() and record["settings"]["dtype"] == settings.dtype
+    smoke = VLLMSettings.from_config(load_config(ROOT / "config/smoke.yaml"))
+    assert smoke.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and smoke.gpu_memory_utilization <= 0.2
+    assert "--reasoning-parser" not in smoke.flags()  # the tiny model does not think
+    one_gpu = server_command("vllm", "/m", host="h", port=1, gpus=1, settings=smoke)
+    assert "--tensor-parallel-size" not in one_gpu
+    with pytest.raises(ValueError, match="vllm serve"):
+        server_command("transformers", "/m", host="h", port=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="both"):
+        server_command("vllm", "/m", host="h", port=1, settings=smoke, seed=3)
+
+
+def test_vllm_settings_name_a_missing_key():
+    cfg = load_config(ROOT / "config/smoke.yaml")
+    del cfg["serving"]["vllm"]["max_model_len"]
+    with pytest.raises(ConfigError, match="max_model_len"):
+        VLLMSettings.from_config(cfg)
+    del cfg["serving"]
+    with pytest.raises(ConfigError, match="serving.vllm"):
+        VLLMSettings.from_config(cfg)
+
+
+def test_check_model_path(tmp_path):
+    check_model_path("Qwen/Qwen3-8B")  # a Hugging Face id: vLLM fetches it
+    with pytest.raises(ModelPathError, match="does not exist") as info:
+        check_model_path("/does/not/exist")
+    assert "\n" not in str(info.value)
+    empty = tmp_path / "global_step_4" / "actor" / "huggingface"
+    empty.mkdir(parents=True)
+    (empty / "config.json").write_text("{}")
+    with pytest.raises(ModelPathError, match="(?s)has no weight files.*hf_model.*save_contents") as info:
+        check_model_path(empty)
+    assert str(empty) in str(info.value)
+    (empty / "model.safetensors").write_bytes(b"")
+    check_model_path(empty)
+    (empty / "model.safetensors").unlink()
+    (empty / "pytorch_model-00001-of-00002.bin").write_bytes(b"")
+    check_model_path(empty)
 
 
 def test_free_port_is_bindable():
@@ -54,35 +110,39 @@ def test_free_port_is_bindable():
         s.bind(("127.0.0.1", port))
 
 
-def test_server_health_backends_and_group_shutdown(tmp_path):
+def test_server_health_backend_and_group_shutdown(tmp_path):
     pidfile = tmp_path / "child.pid"
     server = Server("vllm", "fake", command=[sys.executable, FAKE, "{port}", str(pidfile)], ready_timeout=30,
                     log_path=tmp_path / "s.log")
     with server:
         assert server.poll() is None and server.base_url.startswith("http://127.0.0.1:")
+        assert server.ready_s is not None and server.launches == 1
         vllm = VLLMCompletionsBackend(server.base_url, "fake", server=server, seed=0)
         ids, logprobs = asyncio.run(vllm.generate([1, 2, 3], {"max_tokens": 5, "temperature": 0.6}))
         assert ids == [7, 8, 2] and logprobs == [-0.5, -0.5, -0.5]
-        from envace.bench.scripted import CharTokenizer
-
-        text = TextCompletionsBackend(server.base_url, "fake", CharTokenizer(), server=server)
-        ids, logprobs = asyncio.run(text.generate([104, 105], {"max_tokens": 50}))
-        assert CharTokenizer().decode(ids) == "ok<|im_end|>" and logprobs == [0.0] * len(ids)
         child = int(pidfile.read_text())
-        assert _alive(child)
+        assert _alive(child) and server.watchdog_proc is not None and server.watchdog_proc.poll() is None
+        watchdog = server.watchdog_proc.pid
         server.proc.kill()  # the server dies mid-run
         server.proc.wait()
         with pytest.raises(BackendError, match="exited with code"):
             asyncio.run(vllm.generate([1], {"max_tokens": 1}))
-    deadline = time.time() + 10
-    while _alive(child) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)
+    assert _wait_gone([child, watchdog], 10) == []
+
+
+def test_sample_forks_are_seeded_by_sample_not_by_order():
+    backend = VLLMCompletionsBackend("http://127.0.0.1:1/v1", "m", seed=3)
+    a, b = backend.for_sample("t1", 0), backend.for_sample("t1", 1)
+    assert a.seed == sample_seed(3, "t1", 0) != b.seed
+    first = a._body({"max_tokens": 1})["seed"]
+    assert a._body({"max_tokens": 1})["seed"] == first + 1  # the fork counts its own requests
+    assert backend.for_sample("t1", 0)._body({})["seed"] == first and backend.requests == 0
+    assert a._body({"seed": 11})["seed"] == 11  # an explicit request seed wins
 
 
 def test_exit_code_waits_for_a_killed_server(tmp_path):
-    server = Server("transformers", "m", command=[sys.executable, "-c", "import time; time.sleep(60)"],
-                    log_path=tmp_path / "s.log")
+    server = Server("vllm", "m", command=[sys.executable, "-c", "import time; time.sleep(60)"],
+                    log_path=tmp_path / "s.log", watchdog=False)
     server.proc = subprocess.Popen(server.argv(0), start_new_session=True)
     assert server.exit_code(wait=0.1) is None
     os.killpg(server.proc.pid, signal.SIGKILL)
@@ -96,6 +156,7 @@ def test_server_that_exits_early_fails_with_its_log(tmp_path):
                     log_path=tmp_path / "x.log")
     with pytest.raises(ServerError, match="(?s)exited with code 3.*boom: no GPU"):
         server.start()
+    assert server.launches == 2  # relaunched once on a new port
 
 
 def test_server_never_healthy_times_out(tmp_path):
@@ -107,23 +168,43 @@ def test_server_never_healthy_times_out(tmp_path):
     assert time.time() - t0 < 20 and server.proc is None
 
 
-def test_real_transformers_serve_with_the_tiny_model(tmp_path):
-    """What `envace eval` does on CPU: one unpinned server, each model named by its path."""
-    from envace.tiny_model import build_tiny_model, tiny_model_and_tokenizer
+PARENT = textwrap.dedent(
+    """
+    import json, sys, time
+    from envace.serving import Server
+    fake, pidfile, ignore_term = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    cmd = [sys.executable, fake, "{port}", pidfile]
+    if ignore_term:  # a server that ignores SIGTERM: the watchdog must escalate to SIGKILL
+        code = ("import runpy, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+        cmd = [sys.executable, "-c", code, fake, "{port}", pidfile]
+    srv = Server("vllm", "fake", command=cmd, ready_timeout=30, stop_timeout=2).start()
+    print(json.dumps({"server": srv.proc.pid, "watchdog": srv.watchdog_proc.pid}), flush=True)
+    time.sleep(600)
+    """
+)
 
-    first = build_tiny_model(tmp_path / "tiny0", seed=0)
-    second = build_tiny_model(tmp_path / "tiny1", seed=1)
-    _, tok = tiny_model_and_tokenizer()
-    chat = [{"role": "user", "content": "hi"}]
-    prompt = tok.encode(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))
-    params = {"max_tokens": 4, "temperature": 0.0}
-    with Server("transformers", "", ready_timeout=90, log_path=tmp_path / "ts.log") as server:
-        outputs = []
-        for model_dir in (first, second):
-            served = ServedModel(server, str(model_dir))
-            backend = TextCompletionsBackend(served.base_url, served.served_name, tok, server=served, seed=0)
-            ids, _ = asyncio.run(backend.generate(prompt, params))
-            assert 1 <= len(ids) <= 4
-            outputs.append(ids)
-        pid = server.proc.pid
-    assert not _alive(pid) and len(outputs) == 2
+
+@pytest.mark.parametrize("ignore_term", [False, True],
+                         ids=["server-exits-on-sigterm", "server-ignores-sigterm"])
+def test_servers_die_with_a_parent_killed_by_sigkill(tmp_path, ignore_term):
+    """kill -9 of the process that started a server: the parent-death signal and the watchdog take the
+    server and its child (as vLLM's engine core) down; nothing is left with parent pid 1."""
+    pidfile = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, FAKE, str(pidfile), "1" if ignore_term else "0"],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pids = json.loads(parent.stdout.readline())
+        child = int(pidfile.read_text())
+        group = [pids["server"], child, pids["watchdog"]]
+        assert all(_alive(p) for p in group)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        assert _wait_gone(group, 15) == [], "a server process outlived its kill -9'd parent"
+    finally:
+        parent.kill()
+        for pid in (locals().get("group") or []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

