@@ -57,6 +57,7 @@ def build_command(
         f"--config-path={CONFIG_DIR}",
         f"--config-name={run_config_name(cfg, run)}",
         *run_overrides(cfg, run, checkpoint_dir, train_files=data),
+        f"hydra.run.dir={checkpoint_dir}/hydra",  # Hydra's run folder (resolved config), not ./outputs
         *extra,
     ]
     if int(spec["nodes"]) > 1 and os.environ.get("SLURM_JOB_ID"):

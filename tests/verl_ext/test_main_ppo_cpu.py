@@ -55,18 +55,11 @@ def _num(value: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def smoke_inputs(tmp_path_factory) -> dict[str, Path]:
-    """Tiny warm-started model, the CM2 fixture parquet and a 2-step smoke config, in a temp folder."""
+def smoke_inputs(tmp_path_factory, warm_tiny_model) -> dict[str, Path]:
+    """The warm-started tiny model, the CM2 fixture parquet and a 2-step smoke config, in a temp folder."""
     work = tmp_path_factory.mktemp("main_ppo")
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    model, data = work / "tiny", work / "data"
-    tiny = cfg["tiny_model"]
-    rc = _run([str(BIN / "envace"), "tiny-model", "--out", str(model), "--seed", str(tiny["seed"]),
-               "--warmstart-data", cfg["training"]["data"]["source"],
-               "--warmstart-steps", str(tiny["warmstart_steps"]),
-               "--warmstart-lr", str(tiny["warmstart_lr"])],
-              work / "tiny.log", timeout=900)
-    assert rc == 0, (work / "tiny.log").read_text()[-3000:]
+    model, data = warm_tiny_model, work / "data"
     cfg["paths"] = {k: str(work / k) for k in cfg["paths"]}
     cfg["paths"]["data"] = str(data)
     for name, run in cfg["training"]["runs"].items():
@@ -124,3 +117,38 @@ def test_grpo_run_with_served_simulator(smoke_inputs):
     for n, m in steps.items():
         assert _num(m["envace/rows/act"]) >= 1 and _num(m["envace/rows/rehearse"]) == 0, (n, m)
     assert (smoke_inputs["work"] / "grpo_8b.simulator.server.log").is_file()
+
+
+def test_verl_checkpoint_evaluated_through_vllm_serve(smoke_inputs):
+    """The step-2 checkpoint of the EnvACE run (its actor/huggingface/ weights) served by `vllm serve`
+    and evaluated on the FinMCP fixture (runs after test_envace_run_two_steps)."""
+    work = smoke_inputs["work"]
+    ck = work / "ck_envace_8b"
+    if not (ck / "latest_checkpointed_iteration.txt").is_file():
+        pytest.skip("needs the checkpoint of test_envace_run_two_steps")
+    cfg = json.loads(smoke_inputs["config"].read_text())
+    cfg["benchmarks"]["finmcp"]["limit"] = 2
+    config = work / "eval_config.json"
+    config.write_text(json.dumps(cfg))
+    out, log = work / "eval" / "finmcp_seed0.jsonl", work / "eval.log"
+    rc = _run([str(BIN / "envace"), "eval", "--config", str(config), "--model", "envace_8b",
+               "--checkpoint-dir", str(ck), "--step", "2", "--benchmark", "finmcp", "--seed", "0",
+               "--out", str(out)], log)
+    assert rc == 0, log.read_text()[-5000:]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 2 * int(cfg["benchmarks"]["finmcp"].get("samples", 1))
+    manifest = json.loads(out.with_suffix(".manifest.json").read_text())
+    text = json.dumps(manifest)
+    assert "global_step_2" in text and "vllm" in text, manifest
+
+
+def test_gpu_check_script_dry_run(tmp_path):
+    """scripts/gpu_check.sh (for a lent GPU) composes its four stages (--cpu: the same on verl's CPU)."""
+    env = {**_env(), "WORK": str(tmp_path)}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("[dry-run]") == 4 and "train --config" in out.stdout
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert {r["gpus_per_node"] for r in cfg["training"]["runs"].values()} == {1}
+    assert {r["total_steps"] for r in cfg["training"]["runs"].values()} == {2}
