@@ -34,7 +34,10 @@ agent loop (``envace.verl_ext``), which passes the row's ``extra_info`` plus the
 come from the environment of the Ray workers: ``ENVACE_REWARD`` (``checklist`` default, or
 ``reference_match``), ``ENVACE_JUDGE_BASE_URL``, ``ENVACE_JUDGE_MODEL``, ``ENVACE_JUDGE_TEMPERATURE``,
 ``ENVACE_JUDGE_TOP_P``, ``ENVACE_JUDGE_FAILURE_POLICY``, ``ENVACE_JUDGE_MAX_RETRIES``,
-``ENVACE_JUDGE_TIMEOUT_S``; one judge client (and verdict cache) per process. verl cannot drop a sample
+``ENVACE_JUDGE_TIMEOUT_S``, ``ENVACE_JUDGE_MAX_TOKENS``, ``ENVACE_JUDGE_JSON_SCHEMA`` (all set by
+``envace train`` from ``training.judge``); one judge client (and verdict cache) per process. Requests
+ask for at most 6000 tokens under a strict json_schema response format (:data:`VERDICT_FORMAT`), as the
+authors' environment does. verl cannot drop a sample
 from inside a reward function, so a ``drop_sample`` episode scores 0 there and is flagged ``dropped``.
 
 Verifiable reward (ours, used at smoke scale and in tests, :func:`reference_match_reward`): the F1 between
@@ -92,7 +95,8 @@ class JudgeConfig:
     api_key: str = "EMPTY"
     temperature: float = 0.6  # authors' script
     top_p: float = 0.8  # authors' script
-    max_tokens: int = 1024  # ours
+    max_tokens: int = 6000  # authors' code (judge requests of the released environment)
+    json_schema: bool = True  # authors' code: a strict json_schema response format for the verdict
     max_retries: int = 3  # ours
     timeout_s: float = 120.0  # ours
     backoff_s: float = 1.0  # ours; doubles per retry
@@ -131,6 +135,37 @@ class JudgeMetrics:
 
     def as_dict(self) -> dict[str, int]:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+
+#: The verdict's JSON schema, sent as a strict ``response_format`` (vLLM constrains decoding to it).
+VERDICT_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "checklist_verdict",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"passed": {"type": "boolean"}, "reason": {"type": "string"}},
+            "required": ["passed", "reason"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def judge_config_from_env(env: Any) -> JudgeConfig:
+    """The judge settings of a verl reward worker: ``ENVACE_JUDGE_*`` (set by
+    :func:`envace.verl_ext.launch.judge_env` from ``training.judge``)."""
+    return JudgeConfig(
+        base_url=env["ENVACE_JUDGE_BASE_URL"], model=env["ENVACE_JUDGE_MODEL"],
+        temperature=float(env.get("ENVACE_JUDGE_TEMPERATURE", 0.6)),
+        top_p=float(env.get("ENVACE_JUDGE_TOP_P", 0.8)),
+        failure_policy=env.get("ENVACE_JUDGE_FAILURE_POLICY", "fail"),
+        max_retries=int(env.get("ENVACE_JUDGE_MAX_RETRIES", 3)),
+        timeout_s=float(env.get("ENVACE_JUDGE_TIMEOUT_S", 120)),
+        max_tokens=int(env.get("ENVACE_JUDGE_MAX_TOKENS", 6000)),
+        json_schema=env.get("ENVACE_JUDGE_JSON_SCHEMA", "1") not in ("0", "false", "False"),
+    )
 
 
 def parse_verdict(text: str | None) -> bool | None:
@@ -228,6 +263,7 @@ class ChecklistJudge:
                     model=self.config.model, messages=messages, temperature=self.config.temperature,
                     top_p=self.config.top_p, max_tokens=self.config.max_tokens,
                     extra_body=self.config.extra_body or None,
+                    **({"response_format": VERDICT_FORMAT} if self.config.json_schema else {}),
                 )
                 text = reply.choices[0].message.content
             except openai.APITimeoutError:
@@ -425,14 +461,7 @@ def _process_judge() -> ChecklistJudge:
         env = os.environ
         if not env.get("ENVACE_JUDGE_BASE_URL") or not env.get("ENVACE_JUDGE_MODEL"):
             raise RuntimeError("checklist reward needs ENVACE_JUDGE_BASE_URL and ENVACE_JUDGE_MODEL")
-        _PROCESS_JUDGE = ChecklistJudge(JudgeConfig(
-            base_url=env["ENVACE_JUDGE_BASE_URL"], model=env["ENVACE_JUDGE_MODEL"],
-            temperature=float(env.get("ENVACE_JUDGE_TEMPERATURE", 0.6)),
-            top_p=float(env.get("ENVACE_JUDGE_TOP_P", 0.8)),
-            failure_policy=env.get("ENVACE_JUDGE_FAILURE_POLICY", "fail"),  # type: ignore[arg-type]
-            max_retries=int(env.get("ENVACE_JUDGE_MAX_RETRIES", 3)),
-            timeout_s=float(env.get("ENVACE_JUDGE_TIMEOUT_S", 120)),
-        ))
+        _PROCESS_JUDGE = ChecklistJudge(judge_config_from_env(env))
     return _PROCESS_JUDGE
 
 

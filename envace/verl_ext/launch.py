@@ -176,6 +176,19 @@ def service_models(cfg: Mapping[str, Any], run: str) -> dict[str, str]:
     return out
 
 
+def judge_env(cfg: Mapping[str, Any], base_url: str, model: str) -> dict[str, str]:
+    """``ENVACE_JUDGE_*`` for the reward workers (:func:`envace.reward.judge_config_from_env`), from
+    ``training.judge``; unset keys keep the reward module's defaults."""
+    judge = cfg["training"]["judge"]
+    env = {"ENVACE_JUDGE_BASE_URL": base_url, "ENVACE_JUDGE_MODEL": model}
+    for key in ("temperature", "top_p", "failure_policy", "max_retries", "timeout_s", "max_tokens"):
+        if key in judge:
+            env[f"ENVACE_JUDGE_{key.upper()}"] = str(judge[key])
+    if "json_schema" in judge:
+        env["ENVACE_JUDGE_JSON_SCHEMA"] = "1" if judge["json_schema"] else "0"
+    return env
+
+
 @contextmanager
 def services(cfg: Mapping[str, Any], run: str, log_dir: str | Path) -> Iterator[tuple[dict, dict]]:
     """Start the run's judge / simulator servers (:func:`service_models`), one per distinct model;
@@ -204,8 +217,7 @@ def services(cfg: Mapping[str, Any], run: str, log_dir: str | Path) -> Iterator[
             overrides["envace.simulator.model"] = sim.served_name
         if "judge" in wanted:
             judge = servers[wanted["judge"]]
-            env["ENVACE_JUDGE_BASE_URL"] = judge.base_url
-            env["ENVACE_JUDGE_MODEL"] = judge.served_name
+            env.update(judge_env(cfg, judge.base_url, judge.served_name))
         yield env, overrides
 
 

@@ -43,6 +43,7 @@ class _Completions:
 
     def create(self, **kw):
         self.calls += 1
+        self.last = kw
         user = kw["messages"][1]["content"]
         step = user.split("(the step to judge)")[1].split("# Checklist item")[0]
         question = user.split("Question: ")[1].split("\n")[0]
@@ -278,3 +279,29 @@ def test_verl_compute_score_entry_point(server_factory, monkeypatch):
     monkeypatch.setenv("ENVACE_REWARD", "reference_match")
     extra["reference_calls"] = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])
     assert rw.compute_score("cm2", "", None, extra)["score"] == 1.0
+
+
+def test_judge_request_is_the_authors_strict_json_schema_with_6000_tokens():
+    from envace.reward import VERDICT_FORMAT
+
+    judge, completions = _judge(_by_rule)
+    checklist_reward([USER, STEP1, OBS_OK, FINAL], [ITEMS], judge)
+    assert completions.last["max_tokens"] == 6000
+    assert completions.last["response_format"] == VERDICT_FORMAT
+    assert VERDICT_FORMAT["json_schema"]["strict"] is True
+    judge, completions = _judge(_by_rule, json_schema=False, max_tokens=64)
+    checklist_reward([USER, STEP1, OBS_OK, FINAL], [ITEMS], judge)
+    assert "response_format" not in completions.last and completions.last["max_tokens"] == 64
+
+
+def test_verl_workers_get_the_configured_judge(repo_root):
+    """training.judge -> ENVACE_JUDGE_* (launch) -> the reward worker's JudgeConfig (reward)."""
+    from envace.config import load_config
+    from envace.reward import judge_config_from_env
+    from envace.verl_ext.launch import judge_env
+
+    cfg = load_config(repo_root / "config" / "config.yaml")
+    jc = judge_config_from_env(judge_env(cfg, "http://judge:1/v1", "Qwen/Qwen3-30B-A3B"))
+    j = cfg["training"]["judge"]
+    assert (jc.base_url, jc.model, jc.temperature, jc.top_p) == ("http://judge:1/v1", j["model"], 0.6, 0.8)
+    assert (jc.max_tokens, jc.json_schema, jc.max_retries) == (6000, True, j["max_retries"])
