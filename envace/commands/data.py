@@ -6,6 +6,9 @@ authors' script) are dropped, counted with the tokenizer of the base model of th
 ``training.runs`` (or ``--tokenizer``). At smoke scale, when the tiny model directory does not exist yet,
 the tiny tokenizer is built in-process (it is deterministic). Bad records are reported on stderr with
 their index and reason and counted in the summary; the command fails only if no record is usable.
+With ``--val-out``, the last ``training.data.val_examples`` usable records (authors' script: 100) form
+verl's validation parquet and are left out of the training parquet; without it (or with 0) verl
+validates on the training set.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("data", help="convert CM2 records to the training parquet")
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True, help="training parquet")
+    p.add_argument("--val-out", help="validation parquet: the last training.data.val_examples usable "
+                   "records, held out of the training parquet (default: no split)")
     p.add_argument("--summary", required=True, help="summary JSON (counts, bad and filtered records)")
     p.add_argument("--tokenizer", help="tokenizer for the length filter (default: first run's base model)")
     p.set_defaults(func=run)
@@ -61,10 +66,18 @@ def run(args: argparse.Namespace) -> int:
     if not examples:
         write_json_atomic(summary.to_dict(), args.summary)
         raise ValueError(f"no usable record in {data_cfg['source']} (see {args.summary})")
-    write_training_parquet(examples, args.out)
+    n_val = int(data_cfg.get("val_examples", 0)) if args.val_out else 0
+    if n_val and n_val >= len(examples):
+        raise ValueError(f"training.data.val_examples={n_val} leaves no training record "
+                         f"({len(examples)} usable in {data_cfg['source']})")
+    train, val = (examples[:-n_val], examples[-n_val:]) if n_val else (examples, examples)
+    write_training_parquet(train, args.out)
+    if args.val_out:
+        write_training_parquet(val, args.val_out)
     out = summary.to_dict()
-    out["tokenizer"] = tok_name
+    out.update(tokenizer=tok_name, train_examples=len(train), val_examples=n_val)
     write_json_atomic(out, args.summary)
     print(f"envace data: {summary.kept} of {summary.total} records kept ({len(summary.bad)} bad, "
-          f"{len(summary.filtered)} over {limit} prompt tokens) -> {args.out}")
+          f"{len(summary.filtered)} over {limit} prompt tokens) -> {args.out} ({len(train)} train)"
+          + (f", {args.val_out} ({len(val)} validation)" if args.val_out else ""))
     return 0

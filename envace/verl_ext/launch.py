@@ -49,6 +49,8 @@ def build_command(
     cfg = _absolute_paths(cfg, run)
     checkpoint_dir = os.path.abspath(checkpoint_dir)
     data = os.path.abspath(data or f"{cfg['paths']['data']}/cm2_train.parquet")
+    val = os.path.join(os.path.dirname(data), "cm2_val.parquet")  # envace data --val-out, if it ran
+    val = val if os.path.isfile(val) else None
     extra = [f"{k}={v}" for k, v in (overrides or {}).items()]
     argv = [
         sys.executable,
@@ -56,7 +58,7 @@ def build_command(
         "verl.trainer.main_ppo",
         f"--config-path={CONFIG_DIR}",
         f"--config-name={run_config_name(cfg, run)}",
-        *run_overrides(cfg, run, checkpoint_dir, train_files=data),
+        *run_overrides(cfg, run, checkpoint_dir, train_files=data, val_files=val),
         f"hydra.run.dir={checkpoint_dir}/hydra",  # Hydra's run folder (resolved config), not ./outputs
         *extra,
     ]

@@ -272,7 +272,7 @@ def slurm() -> None:
 
 @pytest.fixture(scope="session")
 def prebuilt(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with ``models/tiny`` and ``data/cm2_train.parquet`` (see the module docstring)."""
+    """A directory with ``models/tiny`` and ``data/cm2_{train,val}.parquet`` (see the module docstring)."""
     root = tmp_path_factory.mktemp("slurm_prebuilt")
     tiny = root / "models" / "tiny"
     cfg = deep_merge(smoke_config(), sandbox_overrides(root))
@@ -281,6 +281,7 @@ def prebuilt(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     steps = [
         ["envace", "tiny-model", "--out", str(tiny), "--done", str(tiny / "done.json")],
         ["envace", "data", "--config", str(resolved), "--out", str(root / "data" / "cm2_train.parquet"),
+         "--val-out", str(root / "data" / "cm2_val.parquet"),
          "--summary", str(root / "data" / "cm2_summary.json")],
     ]
     for argv in steps:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from envace.cli import main
+from envace.config import load_config
 from envace.data import (
     BadRecord,
     convert,
@@ -125,3 +126,19 @@ def test_data_cli(tmp_path, repo_root, monkeypatch, converted):
     s = json.loads(summary.read_text())
     assert s["kept"] == len(read_training_parquet(out)) == len(converted[0])
     assert s["n_bad"] == len(converted[1].bad)
+
+
+def test_validation_split_is_held_out(tmp_path, repo_root, monkeypatch, converted):
+    """training.data.val_examples (paper: 100, authors' script): the last N usable records form verl's
+    validation parquet and are not trained on."""
+    monkeypatch.chdir(repo_root)
+    out, val, summary = tmp_path / "t.parquet", tmp_path / "v.parquet", tmp_path / "s.json"
+    rc = main(["data", "--config", "config/smoke.yaml", "--out", str(out), "--val-out", str(val),
+               "--summary", str(summary)])
+    assert rc == 0
+    train_ids = [e.uid for e in read_training_parquet(out)]
+    val_ids = [e.uid for e in read_training_parquet(val)]
+    n_val = load_config("config/smoke.yaml")["training"]["data"]["val_examples"]
+    assert len(val_ids) == n_val and not set(train_ids) & set(val_ids)
+    assert train_ids + val_ids == [e.uid for e in converted[0]]
+    assert json.loads(summary.read_text())["val_examples"] == n_val

@@ -284,6 +284,7 @@ def train_inputs(wildcards):
     return {
         "spec": run_spec(wildcards.run),
         "data": f"{DATA_DIR}/cm2_train.parquet",
+        "val": f"{DATA_DIR}/cm2_val.parquet",
         "base": ready,
     }
 

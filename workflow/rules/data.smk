@@ -26,6 +26,7 @@ rule prepare_training_data:
     """CM2 records -> the parquet verl reads (tools, reference pairs, checklists); bad records reported."""
     output:
         parquet=f"{DATA_DIR}/cm2_train.parquet",
+        val=f"{DATA_DIR}/cm2_val.parquet",
         summary=f"{DATA_DIR}/cm2_summary.json",
     log:
         f"{RESULTS}/logs/prepare_training_data.log",
@@ -36,4 +37,5 @@ rule prepare_training_data:
     params:
         config=RESOLVED_CONFIG,
     shell:
-        "envace data --config {params.config} --out {output.parquet} --summary {output.summary} > {log} 2>&1"
+        "envace data --config {params.config} --out {output.parquet} --val-out {output.val} "
+        "--summary {output.summary} > {log} 2>&1"
