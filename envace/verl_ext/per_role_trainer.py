@@ -68,10 +68,12 @@ own workers (1-3 ACT replicas, 1-4 REHEARSE workers, TP 1 and 2); the worker sub
 adapter's replica rank; the checkpoint layout and save order; resume loads both policies from one step
 and refuses a step folder without the REHEARSE policy.
 Verified through verl's real ``main_ppo`` on CPU (tests/verl_ext/test_per_role_main_ppo.py, one replica
-per policy, tiny model): 2 steps with both roles' rows trained and both policies' correlation
-0.9997-0.99995 every step; both policies checkpointed and resumed at step 2; with the REHEARSE sync
-skipped the guard stops the run at step 1. NOT verified: more than one replica per policy through Ray
-(unit-tested only), multi-node, GPUs.
+per policy, tiny model, 2026-12-01): 2 steps with both roles' rows trained (4 ACT + 4 REHEARSE per step)
+and rollout-vs-actor correlation ACT 0.99990 / 0.99995, REHEARSE 0.99970 / 0.99980; both policies
+checkpointed, then resumed from step 2 through verl's resume (both loaded) for step 3 (ACT 0.99976,
+REHEARSE 0.99978); with the REHEARSE sync skipped (``ENVACE_TEST_SKIP_REHEARSE_SYNC=all``) the guard
+stops the run at step 1 (REHEARSE 0.0038) before any checkpoint. NOT verified: more than one replica per
+policy through Ray (unit-tested only), multi-node, GPUs.
 """
 
 from __future__ import annotations
@@ -362,6 +364,7 @@ class PerRoleTrainer(EnvaceTrainer):
         self.rehearse_wg.load_checkpoint(
             local_path=path, del_local_after_load=self.config.trainer.del_local_ckpt_after_load
         )
+        print(f"envace: REHEARSE policy resumed from {path} (step {self.global_steps})", flush=True)
 
     # ------------------------------------------------------------------ one step
 

@@ -1,0 +1,167 @@
+"""The per-role ablation (``per_role_8b``) through verl 0.9.1's real ``main_ppo`` on CPU.
+
+Slow (each ``main_ppo`` run is about 3 minutes on a 2-core machine): marked ``slow``. Inputs are built in a
+temporary directory the way the workflow builds them (``workflow/rules/data.smk``): the tiny model with
+its warm start (``envace tiny-model``), the training parquet (``envace data``) and a resolved config
+derived from ``config/smoke.yaml`` (``workflow/rules/common.smk`` writes ``config.resolved.json``), with
+``per_role_8b`` shortened to 2 steps and a checkpoint after each. ``envace train`` launches the driver.
+
+- :func:`test_both_policies_train_on_their_own_servers_and_resume`: 2 steps; at every step both roles'
+  rows are trained (``envace/rows/*``, ``actor/*`` and ``rehearse_actor/*``) and both policies' rollout
+  servers serve their weights (rollout-vs-actor probability correlation >= 0.99 per role); both policies
+  are checkpointed (``actor/``, ``rehearse_actor/``); then the same run with ``total_steps: 3`` resumes
+  from step 2 through verl's resume (both policies loaded) and trains step 3.
+- :func:`test_guard_stops_a_run_whose_rehearse_server_is_not_synced`: the negative control. With the
+  test switch ``ENVACE_TEST_SKIP_REHEARSE_SYNC=all`` the REHEARSE server keeps its dummy initial
+  weights (the defect this issue fixed) and the agreement guard stops the run at step 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envace.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ENVACE = [str(BIN / "envace")]
+RUN = "per_role_8b"
+CORR = "training/rollout_actor_probs_pearson_corr"
+TIMEOUT_S = 900
+
+pytestmark = pytest.mark.slow
+
+
+def _run(argv: list[str], log: Path, env: dict[str, str] | None = None, timeout: int = TIMEOUT_S) -> int:
+    """Run ``argv`` (its own local Ray cluster, which the driver shuts down; never ``ray stop``, which
+    would also stop other runs' clusters on this machine)."""
+    with open(log, "w") as fh:
+        return subprocess.call(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
+                               env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})})
+
+
+def step_metrics(log_text: str) -> dict[int, dict[str, float]]:
+    """verl's console logger lines (``step:N - key:value - ...``) -> ``{N: {key: value}}``."""
+    out: dict[int, dict[str, float]] = {}
+    for line in log_text.splitlines():
+        m = re.search(r"step:(\d+) - (.*)$", line)
+        if not m:
+            continue
+        row = out.setdefault(int(m.group(1)), {})
+        for item in m.group(2).split(" - "):
+            key, _, value = item.rpartition(":")
+            try:
+                row[key] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Tiny model, training parquet and a resolved smoke config for a 2-step ``per_role_8b``."""
+    tmp = tmp_path_factory.mktemp("per_role_main_ppo")
+    cfg = load_config(ROOT / "config" / "smoke.yaml")
+    model = tmp / "models" / "tiny"
+    tiny = cfg.get("tiny_model", {})
+    source = str(ROOT / cfg["training"]["data"]["source"])
+    argv = [*ENVACE, "tiny-model", "--out", str(model), "--seed", str(tiny.get("seed", 0)),
+            "--warmstart-steps", str(tiny.get("warmstart_steps", 0))]
+    if tiny.get("warmstart_steps"):
+        argv += ["--warmstart-data", source, "--warmstart-lr", str(tiny.get("warmstart_lr", 1e-2))]
+    assert _run(argv, tmp / "tiny_model.log", timeout=600) == 0, (tmp / "tiny_model.log").read_text()[-3000:]
+
+    cfg["paths"] = {k: str(tmp / k) for k in cfg["paths"]}
+    for entry in cfg["models"].values():
+        if entry.get("kind") == "tiny":
+            entry["path"] = str(model)
+    cfg["training"]["judge"]["model"] = str(model)
+    cfg["training"]["data"]["source"] = source
+    for run in cfg["training"]["runs"].values():
+        run["base_model"] = str(model)
+        if run.get("simulator"):
+            run["simulator"] = str(model)
+    run = cfg["training"]["runs"][RUN]
+    run.update(total_steps=2, save_every=1, val_every=100)
+    config = tmp / "config.resolved.json"
+    config.write_text(json.dumps(cfg, indent=1))
+
+    data = tmp / "data" / "cm2_train.parquet"
+    data.parent.mkdir(parents=True)
+    argv = [*ENVACE, "data", "--config", str(config), "--out", str(data),
+            "--summary", str(tmp / "summary.json")]
+    assert _run(argv, tmp / "data.log", timeout=600) == 0, (tmp / "data.log").read_text()[-3000:]
+    return {"tmp": tmp, "cfg": cfg, "config": config, "data": data}
+
+
+def _train(inputs: dict[str, Any], name: str, total_steps: int, env: dict[str, str] | None = None,
+           ckpt: Path | None = None) -> tuple[int, str, float, Path]:
+    tmp = inputs["tmp"]
+    cfg = json.loads(inputs["config"].read_text())
+    cfg["training"]["runs"][RUN]["total_steps"] = total_steps
+    config = tmp / f"{name}.config.json"
+    config.write_text(json.dumps(cfg, indent=1))
+    ckpt = ckpt or tmp / name / "ck"
+    log = tmp / f"{name}.log"
+    argv = [*ENVACE, "train", "--config", str(config), "--run", RUN, "--checkpoint-dir", str(ckpt),
+            "--done", str(tmp / name / "done.json"), "--data", str(inputs["data"])]
+    t0 = time.monotonic()
+    rc = _run(argv, log, env=env)
+    return rc, log.read_text(errors="replace"), time.monotonic() - t0, ckpt
+
+
+def _assert_both_policies_synced(steps: dict[int, dict[str, float]], wanted: list[int]) -> None:
+    assert sorted(steps) == wanted, f"logged steps {sorted(steps)}"
+    for n in wanted:
+        m = steps[n]
+        assert m["envace/rows/act"] > 0 and m["envace/rows/rehearse"] > 0, (n, m)
+        assert "actor/pg_loss" in m and "rehearse_actor/pg_loss" in m, (n, sorted(m))
+        assert m[CORR] >= 0.99 and m["rehearse/" + CORR] >= 0.99, (n, m[CORR], m["rehearse/" + CORR])
+        assert m["envace/rollout_actor_corr/act"] == m[CORR]  # the guard measured what verl logged
+        assert m["envace/rollout_actor_corr/rehearse"] == m["rehearse/" + CORR]
+
+
+def test_both_policies_train_on_their_own_servers_and_resume(inputs: dict[str, Any]) -> None:
+    rc, log, seconds, ckpt = _train(inputs, "synced", total_steps=2)
+    assert rc == 0, log[-6000:]
+    steps = step_metrics(log)
+    print(f"2 steps in {seconds:.0f} s; per step:",
+          {n: (m.get("timing_s/step"), m[CORR], m["rehearse/" + CORR]) for n, m in steps.items()})
+    _assert_both_policies_synced(steps, [1, 2])
+    for n in (1, 2):
+        for policy in ("actor", "rehearse_actor"):
+            assert (ckpt / f"global_step_{n}" / policy).is_dir(), f"global_step_{n}/{policy} missing"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+
+    # resume: the same run asked for 3 steps continues from global_step_2 through verl's resume
+    shutil.rmtree(ckpt / "global_step_1")  # resume must pick the latest step, not the only one
+    rc, log, seconds, _ = _train(inputs, "resumed", total_steps=3, ckpt=ckpt)
+    assert rc == 0, log[-6000:]
+    assert re.search(r"Resuming from \S*global_step_2", log), log[-6000:]  # verl's resume (ACT)
+    assert f"REHEARSE policy resumed from {ckpt / 'global_step_2' / 'rehearse_actor'}" in log
+    steps = step_metrics(log)
+    print(f"resumed step 3 in {seconds:.0f} s:",
+          {n: (m.get("timing_s/step"), m[CORR], m["rehearse/" + CORR]) for n, m in steps.items()})
+    _assert_both_policies_synced(steps, [3])
+    assert (ckpt / "global_step_3" / "rehearse_actor").is_dir()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+
+def test_guard_stops_a_run_whose_rehearse_server_is_not_synced(inputs: dict[str, Any]) -> None:
+    rc, log, seconds, ckpt = _train(inputs, "unsynced", total_steps=2,
+                                    env={"ENVACE_TEST_SKIP_REHEARSE_SYNC": "all"})
+    m = re.search(r"rehearse: rehearse/training/rollout_actor_probs_pearson_corr = ([-0-9.e]+|nan)", log)
+    print(f"negative control: rc {rc} after {seconds:.0f} s; REHEARSE correlation {m and m.group(1)}")
+    assert rc != 0
+    assert "RolloutAgreementError" in log and m, log[-6000:]
+    assert not (ckpt / "global_step_1").exists()  # stopped before saving a checkpoint of step 1
