@@ -495,12 +495,13 @@ def run(args: argparse.Namespace) -> int:
             _add_to_manifest(path, {"serving": serving_record})
             _keep(path)
             total_new += stats.samples
-            share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
-            print(
-                f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, "
-                f"{share:.0%} of the time outside the model)",
-                file=sys.stderr,
-            )
+            if concurrency == 1:
+                share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
+                where = f"{share:.0%} of the time outside the model"
+            else:  # model time overlaps across samples in flight: no share of wall time
+                where = f"{stats.model_s:.1f} s in model calls, summed over {concurrency} samples in flight"
+            print(f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, {where})",
+                  file=sys.stderr)
     for r in runs:
         _drop_kept(r.out)
     print(f"envace eval: {len(todo)} runs ({total_new} new samples) with {len(servers)} server start(s); "
