@@ -41,6 +41,7 @@ for run in cfg["training"]["runs"].values():
     if run.get("simulator"):
         run["simulator"] = model
 cfg["benchmarks"]["finmcp"]["limit"] = 2
+cfg["evaluation"]["checkpoints"]["steps"] = [2]
 if gpus:
     cfg["serving"]["vllm"]["gpu_memory_utilization"] = 0.3  # leaves room beside nothing else on the GPU
     cfg["serving"]["vllm"]["env"] = {}

@@ -68,6 +68,7 @@ def smoke_inputs(tmp_path_factory, warm_tiny_model) -> dict[str, Path]:
             run["simulator"] = str(model)
         cfg["training"]["runs"][name] = run
     cfg["training"]["judge"]["model"] = str(model)
+    cfg["evaluation"]["checkpoints"]["steps"] = [2]
     config = work / "config.json"
     config.write_text(json.dumps(cfg))
     rc = _run([str(BIN / "envace"), "data", "--config", str(config), "--out", str(data / "cm2_train.parquet"),

@@ -68,18 +68,13 @@ def step_metrics(log_text: str) -> dict[int, dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Tiny model, training parquet and a resolved smoke config for a 2-step ``per_role_8b``."""
+def inputs(tmp_path_factory: pytest.TempPathFactory, warm_tiny_model: Path) -> dict[str, Any]:
+    """The session's warm-started tiny model, training parquet and a resolved smoke config for a 2-step
+    ``per_role_8b``."""
     tmp = tmp_path_factory.mktemp("per_role_main_ppo")
     cfg = load_config(ROOT / "config" / "smoke.yaml")
-    model = tmp / "models" / "tiny"
-    tiny = cfg.get("tiny_model", {})
+    model = warm_tiny_model
     source = str(ROOT / cfg["training"]["data"]["source"])
-    argv = [*ENVACE, "tiny-model", "--out", str(model), "--seed", str(tiny.get("seed", 0)),
-            "--warmstart-steps", str(tiny.get("warmstart_steps", 0))]
-    if tiny.get("warmstart_steps"):
-        argv += ["--warmstart-data", source, "--warmstart-lr", str(tiny.get("warmstart_lr", 1e-2))]
-    assert _run(argv, tmp / "tiny_model.log", timeout=600) == 0, (tmp / "tiny_model.log").read_text()[-3000:]
 
     cfg["paths"] = {k: str(tmp / k) for k in cfg["paths"]}
     for entry in cfg["models"].values():
