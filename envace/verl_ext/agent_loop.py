@@ -172,7 +172,8 @@ def rollout_config_from(
 ) -> RolloutConfig:
     """Our :class:`RolloutConfig` from the ``envace`` section and verl's rollout config.
 
-    ``max_turns`` / ``precheck`` / ``mode`` come from ``envace``; the context limits from verl's
+    ``max_turns`` / ``precheck`` / ``mode`` / ``terminate_on_rehearsal_malformed`` /
+    ``terminate_on_rehearsal_error`` come from ``envace``; the context limits from verl's
     ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from verl's per-sample
     ``sampling_params`` (which already hold the validation values when validating). Chat-template
     arguments: verl's ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``), then
@@ -189,6 +190,8 @@ def rollout_config_from(
         act_sampling={**sampling, "max_tokens": response_length},
         rehearse_sampling={**sampling, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
         precheck=envace_cfg.get("precheck", "none"),
+        terminate_on_rehearsal_malformed=bool(envace_cfg.get("terminate_on_rehearsal_malformed", True)),
+        terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", False)),
         template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
     )
 

@@ -141,3 +141,18 @@ def test_trajectory_without_generation_is_a_masked_row():
     assert d["responses"].tolist() == [0] and d["response_mask"].tolist() == [0]
     assert d["rm_scores"].tolist() == [0.0]
     assert out.extra_fields["reward_extra_info"] == {"score": 0.0}
+
+
+def test_rollout_settings_reach_the_loop_from_verl_config():
+    """envace.terminate_on_* and verl's data.apply_chat_template_kwargs reach the rollout config."""
+    from types import SimpleNamespace
+
+    from envace.verl_ext.agent_loop import rollout_config_from
+
+    rollout = SimpleNamespace(prompt_length=100, response_length=50)
+    section = {"terminate_on_rehearsal_malformed": False, "terminate_on_rehearsal_error": True}
+    cfg = rollout_config_from(section, rollout, {"temperature": 0.5},
+                              chat_template_kwargs={"enable_thinking": False})
+    assert cfg.terminate_on_rehearsal_malformed is False and cfg.terminate_on_rehearsal_error is True
+    assert cfg.template_kwargs == {"enable_thinking": False}
+    assert cfg.act_sampling == {"temperature": 0.5, "max_tokens": 50}
