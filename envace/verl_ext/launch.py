@@ -153,6 +153,19 @@ def merge_metrics(checkpoint_dir: str | Path) -> list[int]:
     return steps
 
 
+def judge_failures_per_step(checkpoint_dir: str | Path) -> dict[str, float]:
+    """``{step: failed checklist verdicts}`` from ``metrics.jsonl`` (``envace/judge/failures``, logged by
+    :class:`envace.verl_ext.trainer.EnvaceTrainer`); steps without a judge are absent."""
+    f = Path(checkpoint_dir) / "metrics.jsonl"
+    out: dict[str, float] = {}
+    for line in f.read_text().splitlines() if f.is_file() else []:
+        row = json.loads(line)
+        value = (row.get("data") or {}).get("envace/judge/failures")
+        if value is not None:
+            out[str(row["step"])] = float(value)
+    return out
+
+
 def _next_metrics_file(checkpoint_dir: str | Path) -> Path:
     attempts = list(Path(checkpoint_dir).glob("metrics.attempt*.jsonl"))
     return Path(checkpoint_dir).resolve() / f"metrics.attempt{len(attempts)}.jsonl"
@@ -257,7 +270,8 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
         return 1
     payload = {"run": run, "last_step": after, "resumed_from": before, "checkpoint_dir": checkpoint_dir,
                "trainer": "verl.trainer.main_ppo", "scale": cfg.get("scale"),
-               "metrics": str(Path(checkpoint_dir) / "metrics.jsonl"), "versions": _versions()}
+               "metrics": str(Path(checkpoint_dir) / "metrics.jsonl"), "versions": _versions(),
+               "judge_failures_per_step": judge_failures_per_step(checkpoint_dir)}
     Path(done).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=Path(done).parent, delete=False, suffix=".tmp") as fh:
         json.dump(payload, fh, indent=1)

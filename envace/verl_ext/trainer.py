@@ -8,6 +8,11 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   id), run verl's step with ``algorithm.adv_estimator=envace_role_wise``, then restore the prompt uids so
   metrics still group by prompt. Why: verl passes estimators only ``index`` (the uid), not the rows'
   other columns.
+- Judge failures (:func:`judge_failure_stats`): each step logs ``envace/judge/*`` (failed verdicts, failed
+  trajectories and their share, from the rows' ``reward_extra_info``) and stops with
+  :class:`JudgeFailureError` when the share exceeds ``envace.max_judge_failure_share``: a judge server
+  that died mid-training is never a silent reward of 0. ``envace train`` copies the per-step counts into
+  its done-file.
 - :meth:`EnvaceTrainer._update_actor`: one optimizer step per batch (authors' script). verl sizes PPO
   mini-batches as ``ppo_mini_batch_size x rollout.n`` rows, which assumes one row per rollout; with one
   row per generation a step has many more rows, so the mini-batch is set to the whole (padded) batch for
@@ -55,8 +60,11 @@ __all__ = [
     "DEFAULT_MIN_AGREEMENT",
     "TRAINER_MODE",
     "EnvaceTrainer",
+    "JudgeFailureError",
     "RolloutAgreementError",
+    "check_judge_failures",
     "check_rollout_agreement",
+    "judge_failure_stats",
     "row_role",
 ]
 
@@ -103,6 +111,51 @@ def check_rollout_agreement(
             "(weights not synced to it?); stopping instead of training on mismatched rollouts"
         )
     return out
+
+
+class JudgeFailureError(RuntimeError):
+    """Too many of a step's trajectories had a checklist verdict that failed (judge down or broken)."""
+
+
+def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
+    """Per step, from the rows' ``extra_fields["reward_extra_info"]`` (set by the agent loop from
+    :func:`envace.reward.compute_score`, copied by verl to every row of a trajectory): counted once per
+    trajectory, on its first row (``envace_row == 0``). Returns ``envace/judge/failures`` (failed
+    verdicts), ``envace/judge/failed_trajectories``, ``envace/judge/dropped`` and
+    ``envace/judge/failed_share`` (failed trajectories / trajectories; 0 when no judge ran)."""
+    failures = failed = dropped = trajectories = 0
+    for extra, tag in zip(extra_fields, list(tags) if tags else [None] * len(extra_fields), strict=True):
+        if tag and tag.get("is_padding", False):
+            continue
+        data = getattr(extra, "data", extra)
+        data = data if hasattr(data, "get") else {}
+        if int(getattr(data.get("envace_row", 0), "data", data.get("envace_row", 0)) or 0) != 0:
+            continue
+        info = data.get("reward_extra_info") or {}
+        info = getattr(info, "data", info) if not hasattr(info, "get") else info
+        trajectories += 1
+        n = int(float(info.get("judge_failures", 0) or 0)) if hasattr(info, "get") else 0
+        failures += n
+        failed += n > 0
+        dropped += bool(info.get("dropped", False)) if hasattr(info, "get") else 0
+    return {
+        "envace/judge/failures": float(failures),
+        "envace/judge/failed_trajectories": float(failed),
+        "envace/judge/dropped": float(dropped),
+        "envace/judge/failed_share": failed / trajectories if trajectories else 0.0,
+    }
+
+
+def check_judge_failures(stats: Mapping[str, float], max_share: float, step: int) -> None:
+    """:class:`JudgeFailureError` when the step's failed-trajectory share exceeds ``max_share``."""
+    share = float(stats.get("envace/judge/failed_share", 0.0))
+    if share > max_share:
+        raise JudgeFailureError(
+            f"step {step}: {share:.0%} of the trajectories had a failed checklist verdict "
+            f"({stats.get('envace/judge/failures', 0):.0f} failed verdicts) > envace.max_judge_failure_share="
+            f"{max_share}: is the judge server (ENVACE_JUDGE_BASE_URL) down? Stopping instead of training "
+            "on rewards of failed verdicts"
+        )
 
 
 def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
@@ -205,6 +258,10 @@ class EnvaceTrainer(PPOTrainerSync):
         roles = self._row_roles(batch, data["extra_fields"])
         for role in ("act", "rehearse"):  # rows per role this step (the per-role trainer logs the same)
             metrics.setdefault(f"envace/rows/{role}", sum(r == role for r in roles))
+        judge = judge_failure_stats(data["extra_fields"], batch.tags)
+        metrics.update(judge)
+        envace = self.config.get("envace", None) or {}
+        check_judge_failures(judge, float(envace.get("max_judge_failure_share", 0.5)), self.global_steps)
         grouped = role_group_ids(uids, roles)
         tq.kv_batch_put(
             keys=batch.keys,

@@ -192,3 +192,33 @@ def test_metrics_of_attempts_merged_each_step_once(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["data"]["v"] for r in rows] == ["a", "a", "b", "b", "b"]
     assert L._next_metrics_file(tmp_path).name == "metrics.attempt2.jsonl"
+
+
+def test_judge_failures_counted_once_per_trajectory_and_stop_the_run():
+    """Rows as verl stores them: reward_extra_info copied to every row of a trajectory; counted on
+    envace_row 0; padding ignored. A dead judge (every verdict failed) stops the step."""
+    from envace.verl_ext.trainer import JudgeFailureError, check_judge_failures, judge_failure_stats
+
+    ok = {"judge_failures": 0, "dropped": False}
+    dead = {"judge_failures": 3, "dropped": False}
+    extra = [
+        {"envace_row": 0, "reward_extra_info": dead}, {"envace_row": 1, "reward_extra_info": dead},
+        {"envace_row": 0, "reward_extra_info": ok}, {"envace_row": 1, "reward_extra_info": ok},
+        {"envace_row": 0, "reward_extra_info": dead},
+    ]
+    tags = [{}, {}, {}, {}, {"is_padding": True}]
+    stats = judge_failure_stats(extra, tags)
+    assert stats["envace/judge/failures"] == 3 and stats["envace/judge/failed_trajectories"] == 1
+    assert stats["envace/judge/failed_share"] == 0.5
+    check_judge_failures(stats, 0.5, step=1)  # at the limit: goes on
+    with pytest.raises(JudgeFailureError, match=r"step 2: 50% .* envace\.max_judge_failure_share=0\.25"):
+        check_judge_failures(stats, 0.25, step=2)
+    assert judge_failure_stats([{"envace_row": 0, "reward_extra_info": {"score": 1.0}}], None)[
+        "envace/judge/failed_share"] == 0.0  # reference-match reward: no judge, nothing failed
+
+
+def test_done_file_lists_judge_failures_per_step(tmp_path):
+    key = "envace/judge/failures"
+    rows = [{"step": 1, "data": {key: 0.0}}, {"step": 2, "data": {key: 4.0}}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert L.judge_failures_per_step(tmp_path) == {"1": 0.0, "2": 4.0}
