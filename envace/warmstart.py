@@ -11,7 +11,7 @@ Implemented:
     tool calls as hermes ``<tool_call>`` blocks;
   - *simulated user* (no tools): a user-simulator chat (:data:`USER_SYSTEM` + the agent's greeting) ->
     the example's first user request as plain text.
-  Each prompt is rendered both without template arguments (what ``transformers serve`` and our
+  Each prompt is rendered both without template arguments (what ``vllm serve`` completions and our
   evaluation use) and with ``enable_thinking=False`` (Qwen3's empty think block).
 - :func:`sft` — cross-entropy steps on the response tokens (summed over all responses, divided by their
   count), AdamW, gradient clipping, length-sorted micro-batches; returns the loss per step.

@@ -349,7 +349,7 @@ class UserModel(Protocol):
 
 
 class OpenAIUserModel:
-    """A user simulator served behind an OpenAI-compatible endpoint (vLLM, ``transformers serve``).
+    """A user simulator served behind an OpenAI-compatible endpoint (``vllm serve``).
 
     Tool-call arguments that are not a JSON object are passed on as ``{"__invalid_arguments__": text}``
     (tau2 then answers with an error observation). Verified here only against a stand-in client.
