@@ -126,6 +126,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _listening_ports(pids: list[int]) -> set[int]:
+    """TCP ports the processes ``pids`` listen on."""
+    import psutil
+
+    out = set()
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        out |= {c.laddr.port for c in conns if c.status == psutil.CONN_LISTEN}
+    return out
+
+
 def test_eval_job_through_vllm_killed_then_resumed(tiny, tmp_path):
     cfg = yaml.safe_load(SMOKE.read_text())
     for model in cfg["models"].values():
@@ -153,6 +167,8 @@ def test_eval_job_through_vllm_killed_then_resumed(tiny, tmp_path):
         assert first.exists(), f"no finished run before the kill; log:\n{log.read_text()[-3000:]}"
         server_pids = _descendants(job.pid)
         assert server_pids, "the eval job has no server processes"
+        ports = _listening_ports(server_pids)
+        assert ports, "the eval job's servers listen on no port"
         os.kill(job.pid, signal.SIGKILL)
         job.wait()
         deadline = time.time() + 60
@@ -160,6 +176,10 @@ def test_eval_job_through_vllm_killed_then_resumed(tiny, tmp_path):
             time.sleep(0.5)
         left = [p for p in server_pids if _alive(p)]
         assert not left, f"server processes {left} outlived the kill -9'd eval job"
+        import psutil
+
+        still = {c.laddr.port for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        assert not ports & still, f"ports {sorted(ports & still)} still listened on after the kill -9"
     finally:
         if job.poll() is None:
             job.kill()

@@ -217,3 +217,36 @@ def test_tts_parsers_are_total(text: str) -> None:
         evaluation.feedback.encode("utf-8")
     memory = parse_memory(text)
     assert memory is None or (memory and memory == memory.strip())
+
+
+verdict_text = st.one_of(
+    model_text,
+    st.builds(lambda think, value, tail: think + json.dumps({"passed": value, "reason": "r"}) + tail,
+              st.sampled_from(["", "<think>x</think>", " <think>\n</think>\n", "<think>"]),
+              st.one_of(st.booleans(), json_values), st.sampled_from(["", " ", "x", "}"])),
+)
+
+
+@FAST
+@given(verdict_text)
+def test_parse_verdict_is_total_and_strict(text: str) -> None:
+    """The checklist judge's verdict parser: True/False only for a JSON object whose "passed" is a bool
+    (after one leading think block), None for anything else; never raises."""
+    from envace.reward import parse_verdict
+
+    out = parse_verdict(text)
+    assert out in (True, False, None)
+    if out is not None:
+        body = re.sub(r"^\s*<think>.*?</think>", "", text, count=1, flags=re.DOTALL).strip()
+        assert json.loads(body)["passed"] is out
+
+
+def test_parse_verdict_time_is_bounded() -> None:
+    import time
+
+    from envace.reward import parse_verdict
+
+    for text in ("<think>" * 100_000, "{" * 100_000, "<think>" + "x" * 100_000, '{"passed": ' * 20_000):
+        t0 = time.perf_counter()
+        assert parse_verdict(text) is None
+        assert time.perf_counter() - t0 < 1.0
