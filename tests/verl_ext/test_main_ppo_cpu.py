@@ -94,9 +94,12 @@ def test_envace_run_two_steps(smoke_inputs):
     assert sorted(steps) == [1, 2], log.read_text()[-5000:]
     for n, m in steps.items():
         assert _num(m["envace/rows/act"]) >= 1 and _num(m["envace/rows/rehearse"]) >= 1, (n, m)
-        assert _num(m["critic/advantages/max"]) > 0 > _num(m["critic/advantages/min"]), (n, m)
         assert _num(m["training/rollout_actor_probs_pearson_corr"]) >= 0.99, (n, m)
-        assert _num(m["actor/grad_norm"]) > 0, (n, m)
+    # a step whose groups all have equal rewards has zero advantages (GRPO); at least one step learns
+    learning = [n for n, m in steps.items()
+                if _num(m["critic/advantages/max"]) > 0 > _num(m["critic/advantages/min"])
+                and _num(m["actor/grad_norm"]) > 0]
+    assert learning, {n: (m["critic/advantages/max"], m["actor/grad_norm"]) for n, m in steps.items()}
     assert (ck / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     hf = ck / "global_step_2" / "actor" / "huggingface"
     assert list(hf.glob("*.safetensors")), sorted(p.name for p in hf.iterdir())
