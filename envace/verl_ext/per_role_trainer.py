@@ -48,10 +48,10 @@ documented worker environment, no verl function is copied):
   with only its own rows (``_update_actor`` of :class:`EnvaceTrainer`: one optimizer step per batch per
   policy). A role with no rows in a step is not updated that step. REHEARSE metrics are logged as
   ``rehearse_actor/*`` / ``rehearse/*`` (verl's ``actor/*`` names stay the ACT policy's).
-- ``_save_checkpoint`` / ``_load_checkpoint``: the REHEARSE policy is saved to
-  ``global_step_<N>/rehearse_actor`` before verl saves the ACT policy (``actor``), ``data.pt`` and the
-  tracker; on resume both are loaded from the same step, and a step folder without the REHEARSE policy
-  is an error, never a silent restart from the base model.
+- ``_save_now`` (the deferred save, see :class:`EnvaceTrainer`) / ``_load_checkpoint``: the REHEARSE
+  policy is saved to ``global_step_<N>/rehearse_actor`` before verl saves the ACT policy (``actor``),
+  ``data.pt`` and the tracker; on resume both are loaded from the same step, and a step folder without
+  the REHEARSE policy is an error, never a silent restart from the base model.
 
 The base methods that address "the" actor (``_balance_batch``, ``_compute_old_log_prob``,
 ``_compute_ref_log_prob``, ``_update_actor``) are reused for the REHEARSE policy by pointing
@@ -329,7 +329,7 @@ class PerRoleTrainer(EnvaceTrainer):
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save_checkpoint(self) -> None:
+    def _save_now(self) -> None:  # the deferred save of EnvaceTrainer._save_checkpoint: both policies
         import os
 
         step_dir = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
@@ -342,7 +342,7 @@ class PerRoleTrainer(EnvaceTrainer):
             self.global_steps,
             max_ckpt_to_keep=self.config.trainer.get("max_actor_ckpt_to_keep", None),
         )
-        super()._save_checkpoint()  # ACT (actor/), data.pt, then the tracker
+        super()._save_now()  # ACT (actor/), data.pt, then the tracker
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()

@@ -33,6 +33,14 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   (``_envace_common.yaml``; 0 disables). Why: a rollout server that does not get its policy's weights
   trains on garbage without a word (the per-role REHEARSE server did: correlation 0.002).
 
+- :meth:`EnvaceTrainer._save_checkpoint`, checkpoint after metrics: verl's fit loop
+  (``trainer/ppo/v1/trainer_base.py`` lines 481-514) saves step N's checkpoint, then syncs weights,
+  validates and only then logs step N's metrics. A job killed in between (``scancel`` under Slurm, seen
+  in CI) resumes at N+1 and step N's metrics are lost for good. The trainer therefore defers the save
+  until verl's ``Tracking.log`` for step N has returned (``self.logger`` wraps verl's tracker, see
+  :class:`_SaveAfterLog`); nothing changes the model, the optimizer or the dataloader between the two
+  points, so the checkpoint is the same.
+
 Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is
 verl's. Verified: the guard's decisions in tests/verl_ext/test_per_role_trainer.py; the whole trainer
 through verl's real ``main_ppo`` on CPU in tests/verl_ext/test_main_ppo_cpu.py (shared policy; measured
@@ -170,9 +178,47 @@ def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
     raise ValueError("a training row has no extra_fields['envace_role']: is the agent loop envace_rehearsal?")
 
 
+class _SaveAfterLog:
+    """verl's ``Tracking`` with a deferred checkpoint: after ``log(step=N)`` returns, the checkpoint
+    of step N that the fit loop asked for (:meth:`EnvaceTrainer._save_checkpoint`) is written."""
+
+    def __init__(self, tracking: Any, trainer: EnvaceTrainer) -> None:
+        self._tracking, self._trainer = tracking, trainer
+
+    def log(self, data: dict, step: int, *args: Any, **kwargs: Any) -> None:
+        self._tracking.log(data, step, *args, **kwargs)
+        if self._trainer._pending_save == step:
+            self._trainer._save_now()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tracking, name)
+
+
 @register_trainer(TRAINER_MODE)
 class EnvaceTrainer(PPOTrainerSync):
     """verl's sync trainer with role-aware advantage groups; see the module docstring."""
+
+    _pending_save: int | None = None
+    _tracking: Any = None
+
+    @property
+    def logger(self) -> Any:
+        return self._tracking
+
+    @logger.setter
+    def logger(self, tracking: Any) -> None:  # verl's fit() sets ``self.logger = Tracking(...)``
+        self._tracking = _SaveAfterLog(tracking, self)
+
+    def _save_checkpoint(self) -> None:
+        """Called by verl's fit loop before step N's metrics exist; written after they are logged."""
+        if self._tracking is None:  # not inside fit(): nothing will log, save at once
+            self._save_now()
+        else:
+            self._pending_save = self.global_steps
+
+    def _save_now(self) -> None:
+        self._pending_save = None
+        super()._save_checkpoint()
 
     def _build_replay_buffer(self) -> Any:
         self.trainer_mode = "sync"  # see the module docstring: verl tests the name, not the class

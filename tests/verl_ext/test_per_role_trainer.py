@@ -225,6 +225,28 @@ def test_checkpoint_layout_save_order_and_resume(trainer, tmp_path):
         trainer._load_checkpoint()
 
 
+def test_checkpoint_waits_for_the_steps_metrics(trainer, tmp_path):
+    """verl's fit loop asks for step N's checkpoint before it logs step N's metrics; a job killed in
+    between would resume at N+1 without them. The save is written once the tracker has logged step N."""
+    logged: list[int] = []
+
+    def log(data, step):
+        assert not (tmp_path / "ck" / "global_step_3").exists(), "checkpoint written before the metrics"
+        logged.append(step)
+
+    trainer.train_dataloader = SimpleNamespace(state_dict=lambda: {"pos": 3})
+    trainer.logger = SimpleNamespace(log=log, finish=lambda: "verl's other tracker methods pass through")
+    trainer._save_checkpoint()  # what verl's fit loop calls after step 3's update
+    assert not (tmp_path / "ck" / "global_step_3").exists()
+    trainer.logger.log({"actor/loss": 0.1}, step=2)  # another step's line: no save
+    assert not (tmp_path / "ck" / "global_step_3").exists()
+    trainer.logger.log(data={"actor/loss": 0.1}, step=3)
+    assert logged == [2, 3]
+    assert (tmp_path / "ck" / "global_step_3" / "rehearse_actor" / "policy.txt").is_file()
+    assert (tmp_path / "ck" / "latest_checkpointed_iteration.txt").read_text() == "3"
+    assert trainer.logger.finish() == "verl's other tracker methods pass through"
+
+
 def test_fresh_start_loads_nothing(trainer):
     trainer._load_checkpoint()
     assert trainer.global_steps == 0
