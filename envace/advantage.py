@@ -11,8 +11,10 @@ more in that role's baseline. This matches the authors' code (GRPO group key = (
 Options and conventions (ours, documented):
 - ``norm_by_std=True`` divides by the per-(uid, role) population std (ddof=0) plus ``eps``. The paper
   and the authors' launch script use no std normalisation, so the default is ``False``.
-- A (uid, role) group with a single row gets advantage 0 (its own reward is its baseline); with
-  ``norm_by_std`` this is also 0 because the numerator is 0.
+- A (uid, role) group with a single row: ``singleton="reward"`` (default, the authors' verl GRPO,
+  ``compute_grpo_outcome_advantage``: a one-score group gets mean 0 and std 1) gives ``A = R``
+  (``R / (1 + eps)`` with ``norm_by_std``); ``singleton="zero"`` (ours before) gives 0, the row's own
+  reward being its baseline.
 - Standard GRPO is the same function with a single role for every row.
 
 The function returns one scalar per row; broadcasting it over the row's response tokens is the
@@ -35,6 +37,7 @@ def role_wise_grpo(
     *,
     norm_by_std: bool = False,
     eps: float = 1e-6,
+    singleton: str = "reward",
 ) -> np.ndarray:
     """Role-wise GRPO advantage per output row.
 
@@ -46,13 +49,17 @@ def role_wise_grpo(
         rewards: shape ``(N,)``; the trajectory reward of the rollout each row belongs to.
         norm_by_std: divide by the per-(uid, role) std (ddof=0) + ``eps``.
         eps: added to the std when ``norm_by_std``.
+        singleton: advantage of a one-row group: ``"reward"`` (``A = R``, verl's GRPO) or ``"zero"``.
 
     Returns:
         ``np.ndarray`` of shape ``(N,)``, dtype float64.
 
     Raises:
-        ValueError: lengths differ, an input is not one-dimensional, or a reward is NaN/inf.
+        ValueError: lengths differ, an input is not one-dimensional, a reward is NaN/inf, or
+            ``singleton`` is not ``"reward"`` / ``"zero"``.
     """
+    if singleton not in ("reward", "zero"):
+        raise ValueError(f"singleton must be 'reward' or 'zero', got {singleton!r}")
     uid_arr = np.asarray(uids, dtype=object)
     role_arr = np.asarray(roles, dtype=object)
     reward_arr = np.asarray(rewards, dtype=np.float64)
@@ -80,9 +87,12 @@ def role_wise_grpo(
 
     counts = np.bincount(group).astype(np.float64)
     mean = np.bincount(group, weights=reward_arr) / counts
+    single = counts[group] == 1
     adv = reward_arr - mean[group]
-    adv[counts[group] == 1] = 0.0
     if norm_by_std:
         var = np.bincount(group, weights=adv * adv) / counts
         adv = adv / (np.sqrt(var)[group] + eps)
+    # verl: a one-score group has mean 0 and std 1, so A = R (or R / (1 + eps) normalised)
+    adv[single] = (reward_arr[single] / (1.0 + eps) if norm_by_std else reward_arr[single]) \
+        if singleton == "reward" else 0.0
     return adv

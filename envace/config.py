@@ -160,19 +160,25 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
     """The hash a result manifest for (model, benchmark) must carry.
 
     Covers exactly what changes that evaluation's numbers: the scale, the model entry (and, for a
-    trained model, its training run), the benchmark entry, the evaluation sampling settings and the
-    ``vllm serve`` flags (``serving.vllm``, when the config has them).
+    trained model, its training run), the benchmark entry (without its report-only ``aggregate``
+    block: how the report averages samples never changes a sample), the evaluation sampling settings
+    and the ``vllm serve`` flags (``serving.vllm``, when the config has them).
     Checkpoint models (``<run>-stepNNNN``) hash their run and step.
     """
     return config_hash(
         {
             "scale": cfg["scale"],
             **_model_key(cfg, model_id),
-            "benchmark": cfg["benchmarks"][benchmark],
+            "benchmark": _benchmark_key(cfg, benchmark),
             "sampling": cfg["evaluation"]["sampling"],
             **_serving_key(cfg),
         }
     )
+
+
+def _benchmark_key(cfg: Mapping[str, Any], benchmark: str) -> dict[str, Any]:
+    """The benchmark entry as far as it changes samples: without ``aggregate`` (report-only)."""
+    return {k: v for k, v in cfg["benchmarks"][benchmark].items() if k != "aggregate"}
 
 
 def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
@@ -180,7 +186,8 @@ def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
 
     Covers the scale, the setting id, the ``tts`` block (without the derived ``settings`` list and the
     report-only ``table3`` mapping), the actor and rehearser models (with their training runs), the
-    benchmark entry, the evaluation sampling settings and the ``vllm serve`` flags (when present).
+    benchmark entry (without ``aggregate``), the evaluation sampling settings and the ``vllm serve``
+    flags (when present).
     """
     tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "table3")}
     used = [cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()]
@@ -190,7 +197,7 @@ def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
             "setting": setting,
             "tts": tts,
             "models": {m: _model_key(cfg, m) for m in used},
-            "benchmark": cfg["benchmarks"][benchmark],
+            "benchmark": _benchmark_key(cfg, benchmark),
             "sampling": cfg["evaluation"]["sampling"],
             **_serving_key(cfg),
         }

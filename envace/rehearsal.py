@@ -228,7 +228,7 @@ def precheck_call(
 
 
 def parse_rehearsal_output(
-    text: str, *, terminate_on_malformed: bool = True, terminate_on_error: bool = False
+    text: str, *, terminate_on_malformed: bool = True, terminate_on_error: bool = True
 ) -> RehearsalOutcome:
     """Parse one REHEARSE reply. Never raises.
 
@@ -240,8 +240,10 @@ def parse_rehearsal_output(
     malformed: the observation is an error with code :data:`MALFORMED_CODE`. Linear in ``len(text)``.
 
     ``terminate`` is ``terminate_on_malformed`` for malformed replies and ``terminate_on_error`` for
-    error codes (the paper ends an episode on a "simulator error"; which of the two it means is not
-    stated, so both are the caller's choice).
+    error codes. Both default to ``True``: the paper ends an episode on a "simulator error", and the
+    authors' code ends it on any tool message carrying an error (``ChecklistEnv.async_step``: a simulator
+    reply with ``error_tool_call`` sets ``sim_failed_any`` -> TERMINATED); ``terminate_on_error=False``
+    is our earlier lenient rule (the error is observed and ACT goes on).
     """
     think_end = text.find("</think>")
     body = text[think_end + len("</think>") :] if think_end != -1 else text

@@ -3,15 +3,48 @@
 Checklist reward (the authors' rule, as described in ``PAPER.md``), :func:`checklist_reward`:
 
 - The trajectory's chat is split into user turns (each user message opens a turn); checklist ``t`` of
-  the example applies to user turn ``t``. Training episodes start from the first user turn, so usually
-  only turn 0 is present; turns without a checklist, and checklists for turns the episode never reached,
-  are ignored (ours).
+  the example applies to user turn ``t``; user turns beyond the checklists are ignored.
 - The judge gives a strict JSON verdict per (assistant step, checklist item); an item passes if it passes
   at any assistant step of its turn. Turn score = sum of the passed items' weights (weights sum to 1 per
-  turn, see :mod:`envace.data`), and 0 if a tool failed in that turn (a tool message whose content is a
-  JSON object with an ``"error"`` key, i.e. a rehearsal / environment error observation).
-- Episode reward = mean of the turn scores, in [0, 1]; an empty response (no assistant step with text or
-  a tool call) gets -0.1 without asking the judge.
+  turn, see :mod:`envace.data`).
+
+Rules where the paper is silent follow the authors' code by default; each has a switch in
+:class:`RewardRules` (config ``training.reward_rules``; in verl's reward workers the environment variable
+``ENVACE_REWARD_RULES``, :func:`reward_rules_from_env`):
+
+- ``judge_terminated`` (default ``False``, authors' ``envs.py`` ``ChecklistEnv.async_step``: a caller
+  parse error, a simulator ``error_tool_call`` or a length/turn limit ends the episode with turn reward 0;
+  only a turn that ends in a final answer reaches the judge): if the rollout's termination reason
+  (``extra_info["termination"]``) says the last user turn present did not end in a final answer
+  (:func:`last_turn_answered`), that turn scores 0 and is not judged; earlier, completed turns keep their
+  scores. ``True``: judged like any other turn (ours before).
+- ``zero_turn_on`` (``"error_tool_call"``, authors' ``envs.py``): a turn scores 0 if one of its tool
+  messages is an error tool call (:func:`is_error_tool_call`: the authors' ``{"error_tool_call": ...}``
+  payload or a tool message named ``error_tool_call``, or our protocol's error observation
+  ``{"error": <INVALID_TOOL_CALL_FORMAT | TOOL_NOT_AVAILABLE | INVALID_PARAMETERS | REHEARSAL_FAILED>,
+  ...}``, :func:`envace.rehearsal.error_observation`); a rehearsed *result* that merely holds an
+  ``"error"`` field does not. ``"any_error"``: any JSON object with an ``"error"`` key (ours before).
+- ``auto_false_on_error_tool_call`` (``True``, authors' ``interaction.py``
+  ``generate_response_for_single_checklist``): at an assistant step followed by an error tool call, items
+  whose ``focus_on`` is exactly ``"assistant.tool_calls"`` or ``"tool.content"`` are False without a
+  judge call.
+- ``turn_normaliser`` (``"checklist_turns"``, authors' ``reward_manager/checklist.py``
+  ``ChecklistEpisodeRewardManager``: sum of turn rewards / (checklists x checklist turns)): episode
+  reward = sum of turn scores / number of checklist turns; turns the episode never reached count 0.
+  ``"reached_turns"``: the mean over the turns present (ours before).
+- ``empty_response_penalty`` (``"per_row"``, authors' ``verl/trainer/ppo/ray_trainer.py``
+  ``apply_invalid_action_penalty`` with ``invalid_action_penalty_coef: 0.1`` and
+  ``agent_system/agent/agents/checklist/tool_caller_agent.py`` / ``tool_simulator_agent.py``
+  ``is_action_valid``): the episode reward is computed as usual and every training row (one ACT
+  generation or one REHEARSE reply) whose decoded text is blank gets -0.1 added to its reward
+  (:func:`row_penalties`; ``compute_score`` returns them as ``row_penalties``). ``"episode"``: an episode
+  without a non-empty assistant step gets -0.1 as its reward, without asking the judge (ours before).
+- ``parameters_key`` (``True``, authors' ``tool_parser.py``): acts in the ACT parser,
+  :func:`envace.tools.parse_tool_calls` (``parameters`` accepted as the arguments key).
+- ``judge_prompt`` (``"checklist_judge_v2"``): v2 shows the fields the authors' judge shows
+  (``checklist_reward.py`` ``get_input_prompt_v2``): question, ``focus_on``, pass condition, failure
+  examples, the items' ``evidence[].snippet`` s, the earlier turns and the current turn up to the judged
+  step; ``checklist_judge_v1`` (ours before) showed ``focus`` and the whole ``evidence``.
 
 Judge client (:class:`ChecklistJudge`): an OpenAI-compatible chat endpoint (vLLM serving Qwen3-30B-A3B in
 the paper config; temperature 0.6 / top_p 0.8 per the authors' script), prompt
@@ -35,7 +68,11 @@ come from the environment of the Ray workers: ``ENVACE_REWARD`` (``checklist`` d
 ``reference_match``), ``ENVACE_JUDGE_BASE_URL``, ``ENVACE_JUDGE_MODEL``, ``ENVACE_JUDGE_TEMPERATURE``,
 ``ENVACE_JUDGE_TOP_P``, ``ENVACE_JUDGE_FAILURE_POLICY``, ``ENVACE_JUDGE_MAX_RETRIES``,
 ``ENVACE_JUDGE_TIMEOUT_S``, ``ENVACE_JUDGE_MAX_TOKENS``, ``ENVACE_JUDGE_JSON_SCHEMA`` (all set by
-``envace train`` from ``training.judge``); one judge client (and verdict cache) per process. Requests
+``envace train`` from ``training.judge``), ``ENVACE_REWARD_RULES`` (:func:`reward_rules_env`, from
+``training.reward_rules``); one judge client (and verdict cache) per process. ``extra_info`` keys read:
+``messages``, ``termination`` (the rollout's :class:`envace.rollout.Termination` value), ``rows`` (per
+training row, in row order, its decoded response text, or a ``{"role", "text"}`` mapping: for the
+per-row empty-response penalty), ``reference_calls``, ``checklists``. Requests
 ask for at most 6000 tokens under a strict json_schema response format (:data:`VERDICT_FORMAT`), as the
 authors' environment does. verl cannot drop a sample
 from inside a reward function, so a ``drop_sample`` episode scores 0 there and is flagged ``dropped``.
@@ -43,8 +80,10 @@ from inside a reward function, so a ``drop_sample`` episode scores 0 there and i
 Verifiable reward (ours, used at smoke scale and in tests, :func:`reference_match_reward`): the F1 between
 the episode's tool calls in the first user turn and the example's reference calls, where a call with the
 same name and arguments counts 1 and one with the same name only counts 0.5 (greedy one-to-one matching
-in order); with no reference calls, 1 if the episode answered without calling a tool, else 0. An empty
-response gets -0.1.
+in order); with no reference calls, 1 if the episode answered without calling a tool, else 0. The
+termination and empty-response rules apply as for the checklist reward: a first turn that did not end in
+a final answer scores 0 (``judge_terminated=False``), and the -0.1 is per row (``per_row``) or replaces
+the episode reward (``episode``).
 """
 
 from __future__ import annotations
@@ -62,6 +101,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envace.prompts import load_prompt
+from envace.rehearsal import MALFORMED_CODE, RehearsalError
 
 __all__ = [
     "EMPTY_RESPONSE_REWARD",
@@ -70,6 +110,15 @@ __all__ = [
     "JudgeMetrics",
     "ChecklistJudge",
     "RewardResult",
+    "RewardRules",
+    "FINAL_ANSWER_TERMINATIONS",
+    "REWARD_RULES_ENV",
+    "reward_rules_from_env",
+    "reward_rules_env",
+    "is_error_tool_call",
+    "last_turn_answered",
+    "row_is_empty",
+    "row_penalties",
     "parse_verdict",
     "split_turns",
     "turn_has_tool_failure",
@@ -84,6 +133,88 @@ FailurePolicy = Literal["fail", "skip_item", "drop_sample"]
 FAILURE_POLICIES: tuple[str, ...] = ("fail", "skip_item", "drop_sample")
 
 _THINK_RE = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
+
+#: Termination reasons (``envace.rollout.Termination`` values) of an episode whose last user turn ended in
+#: a final answer, the only turns the authors' environment judges. ``max_turns`` is such a reason too when
+#: the cap was hit at the end of a user turn (the chat then ends with an assistant message without tool
+#: calls), see :func:`last_turn_answered`.
+FINAL_ANSWER_TERMINATIONS: frozenset[str] = frozenset({"final_answer", "dialogue_stopped"})
+#: The environment variable that carries ``training.reward_rules`` (JSON) into verl's reward workers.
+REWARD_RULES_ENV = "ENVACE_REWARD_RULES"
+#: ``focus_on`` values of items scored False without a judge call at a step followed by an error tool
+#: call (authors' interaction.py).
+TOOL_FOCUS: frozenset[str] = frozenset({"assistant.tool_calls", "tool.content"})
+#: The error codes of our observation protocol (``envace.rehearsal.error_observation``): the analogue of
+#: the authors' ``error_tool_call`` payload.
+PROTOCOL_ERROR_CODES: frozenset[str] = frozenset({c.value for c in RehearsalError} | {MALFORMED_CODE})
+
+
+@dataclass(frozen=True)
+class RewardRules:
+    """The reward rules where the paper is silent; defaults = the authors' code (module docstring).
+
+    :meth:`ours` gives the rules this harness used before (``judge_terminated=True``,
+    ``zero_turn_on="any_error"``, ``auto_false_on_error_tool_call=False``, ``parameters_key=False``,
+    ``turn_normaliser="reached_turns"``, ``empty_response_penalty="episode"``, ``checklist_judge_v1``).
+    """
+
+    judge_terminated: bool = False
+    zero_turn_on: Literal["error_tool_call", "any_error"] = "error_tool_call"
+    auto_false_on_error_tool_call: bool = True
+    parameters_key: bool = True
+    turn_normaliser: Literal["checklist_turns", "reached_turns"] = "checklist_turns"
+    # authors: per_row; not built on the verl path yet (reward_rules_env refuses it)
+    empty_response_penalty: Literal["per_row", "episode"] = "episode"
+    judge_prompt: str = "checklist_judge_v2"
+
+    def __post_init__(self) -> None:
+        choices = {"zero_turn_on": ("error_tool_call", "any_error"),
+                   "turn_normaliser": ("checklist_turns", "reached_turns"),
+                   "empty_response_penalty": ("per_row", "episode")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"reward_rules.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name in ("judge_terminated", "auto_false_on_error_tool_call", "parameters_key"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"reward_rules.{name} must be a boolean, got {getattr(self, name)!r}")
+
+    @classmethod
+    def ours(cls) -> RewardRules:
+        """The rules of this harness before issue 12 (every switch at its old value)."""
+        return cls(judge_terminated=True, zero_turn_on="any_error", auto_false_on_error_tool_call=False,
+                   parameters_key=False, turn_normaliser="reached_turns", empty_response_penalty="episode",
+                   judge_prompt="checklist_judge_v1")
+
+    @classmethod
+    def from_mapping(cls, values: Any) -> RewardRules:
+        """From a ``training.reward_rules`` mapping (missing keys keep the defaults; unknown keys raise)."""
+        values = dict(values or {})
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown reward_rules keys {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+
+def reward_rules_from_env(env: Any = None) -> RewardRules:
+    """The rules of a verl reward worker: ``ENVACE_REWARD_RULES`` (a JSON object of
+    ``training.reward_rules``, set by :func:`reward_rules_env`); unset = the authors' defaults."""
+    env = os.environ if env is None else env
+    raw = env.get(REWARD_RULES_ENV)
+    return RewardRules.from_mapping(json.loads(raw) if raw else {})
+
+
+def reward_rules_env(cfg: Any) -> dict[str, str]:
+    """``{"ENVACE_REWARD_RULES": <JSON>}`` from ``cfg["training"]["reward_rules"]`` (validated here), for
+    the environment of verl's reward workers (called from ``envace.verl_ext.launch``)."""
+    rules = RewardRules.from_mapping(cfg["training"].get("reward_rules") or {})
+    if rules.empty_response_penalty == "per_row":
+        # verl 0.9.1's v1 worker copies a trajectory's reward onto all its rows (agent_loop_tq.py
+        # _agent_loop_postprocess), so a row's own penalty needs the trainer to apply it afterwards:
+        # not built yet (docs/deviations.md, empty-response-penalty). Refuse rather than drop it.
+        raise ValueError("training.reward_rules.empty_response_penalty: per_row is not implemented on the "
+                         "verl path yet (verl gives every row of a trajectory the same reward); use episode")
+    return {REWARD_RULES_ENV: json.dumps(asdict(rules), sort_keys=True)}
 
 
 @dataclass
@@ -102,7 +233,7 @@ class JudgeConfig:
     backoff_s: float = 1.0  # ours; doubles per retry
     failure_policy: FailurePolicy = "fail"  # ours
     max_concurrency: int = 16  # ours
-    prompt_name: str = "checklist_judge_v1"
+    prompt_name: str = "checklist_judge_v2"  # RewardRules.judge_prompt; v1: ours before
     cache_path: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"chat_template_kwargs": {...}}
 
@@ -165,6 +296,7 @@ def judge_config_from_env(env: Any) -> JudgeConfig:
         timeout_s=float(env.get("ENVACE_JUDGE_TIMEOUT_S", 120)),
         max_tokens=int(env.get("ENVACE_JUDGE_MAX_TOKENS", 6000)),
         json_schema=env.get("ENVACE_JUDGE_JSON_SCHEMA", "1") not in ("0", "false", "False"),
+        prompt_name=reward_rules_from_env(env).judge_prompt,
     )
 
 
@@ -180,6 +312,17 @@ def parse_verdict(text: str | None) -> bool | None:
     if not isinstance(value, dict) or not isinstance(value.get("passed"), bool):
         return None
     return value["passed"]
+
+
+def _snippets(evidence: Any) -> list[Any]:
+    """CM2's ``evidence[].snippet`` (a plain string or list of strings is taken as the snippets)."""
+    if not evidence:
+        return []
+    if isinstance(evidence, str):
+        return [evidence]
+    if isinstance(evidence, dict):
+        evidence = [evidence]
+    return [e.get("snippet", "") if isinstance(e, dict) else e for e in evidence]
 
 
 def _render_message(message: dict[str, Any]) -> str:
@@ -224,17 +367,30 @@ class ChecklistJudge:
 
     def messages(self, history: list[dict[str, Any]], step: list[dict[str, Any]], step_index: int,
                  item: dict[str, Any]) -> list[dict[str, str]]:
-        """The judge chat for one (step, item): ``step`` is the assistant message and its tool results."""
+        """The judge chat for one (step, item): ``history`` is everything before the step (system prompt,
+        earlier turns, the current user message, the turn's earlier steps), ``step`` the assistant message
+        and its tool results. v1 renders ``history`` whole; v2 splits it at the current turn's user
+        message into ``previous`` and ``turn_before_step`` (as the authors' judge does)."""
         failure = item.get("failure_examples") or []
+        users = [i for i, m in enumerate(history) if m.get("role") == "user"]
+        cut = users[-1] if users else len(history)
+
+        def render(messages: list[dict[str, Any]]) -> str:
+            return "\n\n".join(_render_message(m) for m in messages) or "(empty)"
+
         user = self.prompt["user"].format(
-            history="\n\n".join(_render_message(m) for m in history) or "(empty)",
+            history=render(history),
+            previous=render(history[:cut]),
+            turn_before_step=render(history[cut:]),
             step_index=step_index,
             step="\n\n".join(_render_message(m) for m in step),
             question=item["question"],
-            focus=item.get("focus", ""),
+            focus=item.get("focus", item.get("focus_on", "")),
+            focus_on=item.get("focus_on", item.get("focus", "")),
             pass_condition=item.get("pass_condition", ""),
             failure_examples=failure if isinstance(failure, str) else json.dumps(failure, ensure_ascii=False),
             evidence=item.get("evidence", ""),
+            reference_snippets=json.dumps(_snippets(item.get("evidence")), ensure_ascii=False),
         )
         system = self.prompt["system"].format()
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -331,14 +487,35 @@ def _steps(body: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return steps
 
 
-def turn_has_tool_failure(body: list[dict[str, Any]]) -> bool:
-    """Whether any tool message in the turn is an error observation (JSON object with ``"error"``)."""
+def is_error_tool_call(message: dict[str, Any]) -> bool:
+    """Whether a tool message is an error tool call: named ``error_tool_call``, or JSON content holding the
+    authors' ``"error_tool_call"`` key, or our protocol's error observation (an ``"error"`` whose value is
+    one of :data:`PROTOCOL_ERROR_CODES`). A result with any other ``"error"`` value is not one."""
+    if message.get("role") != "tool":
+        return False
+    if message.get("name") == "error_tool_call":
+        return True
+    try:
+        value = json.loads(message.get("content") or "")
+    except (ValueError, TypeError, RecursionError):
+        return False
+    if not isinstance(value, dict):
+        return False
+    return "error_tool_call" in value or (isinstance(value.get("error"), str)
+                                          and value["error"] in PROTOCOL_ERROR_CODES)
+
+
+def turn_has_tool_failure(body: list[dict[str, Any]], zero_turn_on: str = "any_error") -> bool:
+    """Whether the turn has a failed tool message. ``"error_tool_call"``: :func:`is_error_tool_call`
+    (authors); ``"any_error"``: a JSON object with an ``"error"`` key (ours before)."""
+    if zero_turn_on == "error_tool_call":
+        return any(is_error_tool_call(m) for m in body)
     for m in body:
         if m.get("role") != "tool":
             continue
         try:
             value = json.loads(m.get("content") or "")
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             continue
         if isinstance(value, dict) and "error" in value:
             return True
@@ -356,27 +533,89 @@ def is_empty_response(messages: list[dict[str, Any]]) -> bool:
     return True
 
 
+def row_is_empty(text: str | None) -> bool:
+    """A training row's decoded response (special tokens skipped) is blank: the authors'
+    ``is_action_valid == 0`` (a think block counts as text there, and here)."""
+    return not (text or "").strip()
+
+
+def row_penalties(rows: list[Any], rules: RewardRules | None = None) -> list[float]:
+    """Per training row (in row order), what to add to the episode reward: ``-0.1`` for a blank row under
+    ``empty_response_penalty="per_row"`` (authors' ``apply_invalid_action_penalty``), else 0. A row is
+    its decoded response text or a mapping with ``"text"``."""
+    rules = rules or RewardRules()
+    texts = [r.get("text") if isinstance(r, dict) else r for r in rows or []]
+    if rules.empty_response_penalty != "per_row":
+        return [0.0] * len(texts)
+    return [EMPTY_RESPONSE_REWARD if row_is_empty(t) else 0.0 for t in texts]
+
+
+def _focus_on(item: dict[str, Any]) -> Any:
+    return item.get("focus_on", item.get("focus"))
+
+
+def last_turn_answered(messages: list[dict[str, Any]], termination: str) -> bool:
+    """Whether the rollout's last user turn ended in a final answer: the termination is one of
+    :data:`FINAL_ANSWER_TERMINATIONS`, or ``max_turns`` hit right after a final answer (the chat ends with
+    an assistant message without tool calls; a cap hit inside a turn ends with a tool message). A parse
+    error, a rehearsal error or malformed reply, the context limit (also when it stops the dialogue
+    after a final answer: the last turn present is then the new, unanswered user turn) are not."""
+    if str(termination) in FINAL_ANSWER_TERMINATIONS:
+        return True
+    if str(termination) == "max_turns" and messages:
+        last = messages[-1]
+        return last.get("role") == "assistant" and not last.get("tool_calls")
+    return False
+
+
+def _terminated_turn(messages: list[dict[str, Any]], n_turns: int, termination: str | None,
+                     rules: RewardRules) -> int | None:
+    """Index of the user turn that the rollout ended without a final answer (the last turn present), if it
+    must not be judged; ``None`` if the reason is unknown, the turn was answered, or ``judge_terminated``."""
+    if rules.judge_terminated or termination is None or n_turns == 0:
+        return None
+    return None if last_turn_answered(messages, termination) else n_turns - 1
+
+
 def checklist_reward(messages: list[dict[str, Any]], checklists: list[list[dict[str, Any]]],
-                     judge: ChecklistJudge) -> RewardResult:
-    """The checklist reward of one episode (see the module docstring)."""
-    if is_empty_response(messages):
+                     judge: ChecklistJudge, rules: RewardRules | None = None,
+                     termination: str | None = None) -> RewardResult:
+    """The checklist reward of one episode (see the module docstring).
+
+    ``rules``: :class:`RewardRules` (default: the authors'); ``termination``: the rollout's termination
+    reason (``None``: unknown, every turn is judged).
+    """
+    rules = rules or RewardRules()
+    if rules.empty_response_penalty == "episode" and is_empty_response(messages):
         return RewardResult(EMPTY_RESPONSE_REWARD, detail={"empty": True})
     policy = judge.config.failure_policy
-    turns = split_turns(messages)[: len(checklists)]
+    all_turns = split_turns(messages)
+    turns = all_turns[: len(checklists)]
+    unjudged = _terminated_turn(messages, len(all_turns), termination, rules)
     plan: list[tuple[int, int, int]] = []  # (turn, step, item)
     requests = []
+    decided: set[tuple[int, int]] = set()  # items with a verdict given without the judge (False)
     for t, (history, body) in enumerate(turns):
+        if t == unjudged:
+            continue
         steps = _steps(body)
         for s, step in enumerate(steps):
             prior = history + [m for earlier in steps[:s] for m in earlier]
+            errored = rules.auto_false_on_error_tool_call and any(is_error_tool_call(m) for m in step[1:])
             for j, item in enumerate(checklists[t]):
+                if errored and _focus_on(item) in TOOL_FOCUS:
+                    decided.add((t, j))
+                    continue
                 plan.append((t, s, j))
                 requests.append(judge.messages(prior, step, s + 1, item))
     verdicts = judge.judge_many(requests)
     failures = sum(v is None for v in verdicts)
+    detail: dict[str, Any] = {"auto_false": len(decided)}
+    if unjudged is not None and unjudged < len(turns):
+        detail["unjudged_turn"] = unjudged
     if failures and policy == "drop_sample":
         judge.metrics.add(dropped_samples=1)
-        return RewardResult(None, failures=failures, detail={"dropped": "judge_failure"})
+        return RewardResult(None, failures=failures, detail={**detail, "dropped": "judge_failure"})
     passed: dict[tuple[int, int], bool] = {}
     failed_items: set[tuple[int, int]] = set()
     for (t, _s, j), v in zip(plan, verdicts, strict=True):
@@ -384,24 +623,35 @@ def checklist_reward(messages: list[dict[str, Any]], checklists: list[list[dict[
             failed_items.add((t, j))
         passed[(t, j)] = passed.get((t, j), False) or bool(v)
     scores = []
+    skipped_turns = 0
     for t, (_history, body) in enumerate(turns):
+        if t == unjudged:
+            scores.append(0.0)
+            continue
         items = list(enumerate(checklists[t]))
         if policy == "skip_item":
-            # an item whose every verdict failed is skipped; one that passed somewhere still counts
-            skipped = [j for j, _ in items if (t, j) in failed_items and not passed.get((t, j))]
+            # an item whose every verdict failed is skipped; one that passed somewhere (or was decided
+            # without the judge) still counts
+            skipped = [j for j, _ in items
+                       if (t, j) in failed_items and not passed.get((t, j)) and (t, j) not in decided]
             judge.metrics.add(skipped_items=len(skipped))
             items = [(j, it) for j, it in items if j not in skipped]
             if not items:
+                skipped_turns += 1
                 continue
         total = sum(it["weight"] for _, it in items)
-        if turn_has_tool_failure(body) or total <= 0:
+        if turn_has_tool_failure(body, rules.zero_turn_on) or total <= 0:
             scores.append(0.0)
             continue
         scores.append(sum(it["weight"] for j, it in items if passed.get((t, j))) / total)
-    if not scores:
+    if rules.turn_normaliser == "checklist_turns":
+        denominator = len(checklists) - skipped_turns  # turns never reached count 0
+    else:
+        denominator = len(scores)
+    if denominator <= 0:
         judge.metrics.add(dropped_samples=1)
-        return RewardResult(None, failures=failures, detail={"dropped": "no_judged_turn"})
-    return RewardResult(sum(scores) / len(scores), scores, failures)
+        return RewardResult(None, failures=failures, detail={**detail, "dropped": "no_judged_turn"})
+    return RewardResult(sum(scores) / denominator, scores, failures, detail)
 
 
 def _first_turn_calls(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -416,11 +666,14 @@ def _first_turn_calls(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return calls
 
 
-def reference_match_reward(messages: list[dict[str, Any]],
-                           reference_calls: list[dict[str, Any]]) -> RewardResult:
+def reference_match_reward(messages: list[dict[str, Any]], reference_calls: list[dict[str, Any]],
+                           rules: RewardRules | None = None, termination: str | None = None) -> RewardResult:
     """The verifiable reference-call reward (see the module docstring)."""
-    if is_empty_response(messages):
+    rules = rules or RewardRules()
+    if rules.empty_response_penalty == "episode" and is_empty_response(messages):
         return RewardResult(EMPTY_RESPONSE_REWARD, detail={"empty": True})
+    if _terminated_turn(messages, len(split_turns(messages)), termination, rules) == 0:
+        return RewardResult(0.0, detail={"unjudged_turn": 0})
     predicted = _first_turn_calls(messages)
     reference = [(str(c["name"]), json.dumps(c.get("arguments", {}), sort_keys=True))
                  for c in reference_calls]
@@ -456,6 +709,7 @@ def _decoded(value: Any) -> Any:
 
 
 def _process_judge() -> ChecklistJudge:
+    """The process's judge client; its prompt is ``ENVACE_REWARD_RULES``' ``judge_prompt``."""
     global _PROCESS_JUDGE
     if _PROCESS_JUDGE is None:
         env = os.environ
@@ -467,17 +721,29 @@ def _process_judge() -> ChecklistJudge:
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
                   ) -> dict[str, Any]:
-    """verl custom reward: ``{"score", "judge_failures", "dropped"}`` for one episode.
+    """verl custom reward: ``{"score", "judge_failures", "dropped"}`` for one episode, plus
+    ``"row_penalties"`` (a list, one per row, see :func:`row_penalties`) when ``extra_info["rows"]`` is
+    given: row ``i``'s reward is ``score + row_penalties[i]``.
 
-    ``extra_info`` must hold ``messages`` (the ACT chat); ``ground_truth`` is the checklists (JSON or
+    ``extra_info`` must hold ``messages`` (the ACT chat) and should hold ``termination`` (the rollout's
+    termination reason; without it every turn is judged); ``ground_truth`` is the checklists (JSON or
     list), ``extra_info["reference_calls"]`` the reference calls for ``ENVACE_REWARD=reference_match``.
+    Rules: ``ENVACE_REWARD_RULES`` (:func:`reward_rules_from_env`).
     """
     info = extra_info or {}
+    rules = reward_rules_from_env()
     messages = _decoded(info.get("messages")) or []
+    termination = info.get("termination")
+    termination = None if termination is None or termination == "" else str(termination)
     if os.environ.get("ENVACE_REWARD", "checklist") == "reference_match":
-        result = reference_match_reward(messages, _decoded(info.get("reference_calls")) or [])
+        result = reference_match_reward(messages, _decoded(info.get("reference_calls")) or [], rules,
+                                        termination)
     else:
         checklists = _decoded(ground_truth) or _decoded(info.get("checklists")) or []
-        result = checklist_reward(messages, checklists, _process_judge())
-    return {"score": 0.0 if result.reward is None else float(result.reward),
-            "judge_failures": result.failures, "dropped": result.reward is None}
+        result = checklist_reward(messages, checklists, _process_judge(), rules, termination)
+    out: dict[str, Any] = {"score": 0.0 if result.reward is None else float(result.reward),
+                           "judge_failures": result.failures, "dropped": result.reward is None}
+    rows = _decoded(info.get("rows"))
+    if rows is not None:
+        out["row_penalties"] = row_penalties(list(rows), rules)
+    return out

@@ -12,13 +12,31 @@ Implemented: one trajectory ``tau = (x, a_1, o_1, ..., a_T, o_T)`` for one task.
   generated (never decoded and re-encoded), observations appended as chat-template deltas (tool
   messages + the next generation prompt). Each trajectory's REHEARSE chat is a separate, prefix-stable
   :class:`envace.rehearsal.RehearsalContext`; only new parts of any prompt are encoded.
-- Termination (:class:`Termination`): final answer; ACT parse error; rehearsal error code (only if
-  ``terminate_on_rehearsal_error``) or malformed rehearsal (if ``terminate_on_rehearsal_malformed``,
-  default); ``max_turns`` ACT turns (default 30); context limit.
-- Context limits (the authors' 12k prompt + 8k response): the initial ACT prompt must fit
-  ``max_prompt_tokens``; everything after it (ACT tokens and observations) must fit
-  ``max_response_tokens`` — each ACT generation's ``max_tokens`` is capped by what is left, and a turn
-  that exhausts it ends the episode. A REHEARSE context may hold ``max_rehearse_context_tokens``.
+- Termination (:class:`Termination`): final answer (to the last user turn); ACT parse error; rehearsal
+  error code (``terminate_on_rehearsal_error``, default, as the authors: a simulator error ends the
+  episode; it also covers errors answered by a harness precheck, as the authors' schema checks do) or
+  malformed rehearsal (``terminate_on_rehearsal_malformed``, default); ``max_turns`` ACT turns (default
+  30, counted over the whole dialogue); context limit; ``continue_dialogue`` said stop.
+- Multi-turn replay (training; the authors' ``ChecklistEnv`` + ``ChecklistInteraction``): with
+  ``user_turns`` (the reference dialogue's later user messages) and ``replay_user_turns`` (default), a
+  final answer to user turn t is followed by user turn t+1, appended to the ACT context as a chat
+  template delta (not trained, :attr:`TokenRole.OBSERVATION`), and ACT goes on. It stops when the user
+  turns are exhausted (``FINAL_ANSWER``), or, as the authors, when ``max_turns`` ACT turns or
+  ``max_user_turns`` user turns were reached at the end of a user turn (``MAX_TURNS``). The optional
+  ``continue_dialogue(messages, user_turn)`` hook may stop it after a user turn (``DIALOGUE_STOPPED``;
+  the authors stop when a checklist item marked ``required_for_next_turn`` failed: a judge-in-the-loop
+  rule this module leaves to its caller). Evaluation never passes ``user_turns`` (its benchmarks have
+  their own user simulators).
+- Context limits, ``context_budget``:
+  ``"per_generation"`` (the authors': ``ChecklistEnv._check_caller_length_or_terminate``, context +
+  8k response < 20k): every ACT generation starts from a context of at most ``max_prompt_tokens`` tokens
+  (else ``CONTEXT_LIMIT``) and may produce ``max_response_tokens`` tokens; a generation cut at that cap
+  is parsed like any other (the authors parse whatever the caller wrote).
+  ``"episode"`` (ours; the dataclass default, on which evaluation and test-time scaling rely): the
+  initial ACT prompt must fit ``max_prompt_tokens``; everything after it (ACT tokens, observations,
+  injected user turns) must fit ``max_response_tokens`` — each ACT generation's ``max_tokens`` is capped
+  by what is left, and a turn that exhausts it ends the episode.
+  A REHEARSE context may hold ``max_rehearse_context_tokens`` in both.
 - Output: :class:`Trajectory` with the chat messages, the ordered :class:`Generation` list (one training
   row each, as in the authors' layout), the final ACT context ids with per-token :class:`TokenRole`.
 
@@ -27,11 +45,17 @@ recorded in ``messages`` but not appended to the ACT context (nothing is generat
 ``on_act_parse_error="observe"`` (our option; the paper terminates) an unparsable ACT turn is answered
 with ``INVALID_TOOL_CALL_FORMAT`` — by the rehearsing model, or by the harness in ``real`` mode or with a
 precheck. A stop token other than the turn end (e.g. ``<|endoftext|>``) is left in the decoded text.
+``max_turns`` also caps ACT turns inside a user turn (the authors check their 30-turn cap only after a
+final answer; inside a user turn they are bounded by 200 environment steps). A replayed user turn reaches
+the REHEARSE context only if no call was rehearsed before it (the dialogue so far is its history);
+after that the REHEARSE chat sees the later calls and their caller text, not the new user message (the
+authors re-serialise the whole history for every call).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import Any, Literal, Protocol
 
@@ -105,11 +129,12 @@ class Termination(StrEnum):
     REHEARSAL_MALFORMED = "rehearsal_malformed"
     MAX_TURNS = "max_turns"
     CONTEXT_LIMIT = "context_limit"
+    DIALOGUE_STOPPED = "dialogue_stopped"
 
 
 class TokenRole(IntEnum):
     """Per-token role in a context: prompt (not trained), ACT / REHEARSE output, observation (not
-    trained; tool messages and template markup appended between turns)."""
+    trained; tool messages, replayed user turns and template markup appended between turns)."""
 
     PROMPT = 0
     ACT = 1
@@ -133,7 +158,10 @@ class RolloutConfig:
     precheck: Precheck = "none"  # ours; "none" is faithful
     on_act_parse_error: Literal["terminate", "observe"] = "terminate"
     terminate_on_rehearsal_malformed: bool = True
-    terminate_on_rehearsal_error: bool = False
+    terminate_on_rehearsal_error: bool = True  # authors: a simulator error ends the episode
+    replay_user_turns: bool = True  # authors: later reference user turns are injected (needs user_turns)
+    max_user_turns: int = 30  # authors' script: max_user_turns=30
+    context_budget: Literal["per_generation", "episode"] = "episode"  # training sets "per_generation"
     prompt_name: str = "rehearsal_v1"
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": False}
 
@@ -153,6 +181,7 @@ class Generation:
     logprobs: list[float]
     turn: int
     trainable: bool = True
+    user_turn: int = 0  # index of the user turn the generation answers (multi-turn replay)
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -168,6 +197,7 @@ class Trajectory:
     observations). ``generations``: ACT and REHEARSE outputs in order. ``act_ids``: the final ACT context,
     shape ``(L,)``; ``act_segments``: ``(role, length)`` runs covering ``act_ids``. ``encoded_tokens``:
     token ids produced by encoding text, per context kind (``"act"``, ``"rehearse"``).
+    ``user_turns``: user turns the ACT chat holds (1 + the replayed ones).
     """
 
     messages: list[dict[str, Any]]
@@ -178,6 +208,7 @@ class Trajectory:
     num_turns: int
     final_answer: str | None = None
     encoded_tokens: dict[str, int] = field(default_factory=dict)
+    user_turns: int = 1
 
 
 def _expand(segments: list[tuple[TokenRole, int]]) -> np.ndarray:
@@ -214,6 +245,8 @@ class _Run:
         simulator_tokenizer: ChatTemplateTokenizer | None,
         environment: Environment | None,
         references: list[dict[str, Any]] | None,
+        user_turns: list[str] | None = None,
+        continue_dialogue: Callable[[list[dict[str, Any]], int], Awaitable[bool]] | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -225,6 +258,9 @@ class _Run:
         self.segments: list[tuple[TokenRole, int]] = [(TokenRole.PROMPT, len(self.act.ids))]
         self.limit = len(self.act.ids) + config.max_response_tokens
         self.generations: list[Generation] = []
+        self.pending_users = list(user_turns or []) if config.replay_user_turns else []
+        self.continue_dialogue = continue_dialogue
+        self.user_turn = 0
         self.rehearser: GenerateBackend | None = None
         self.rehearse_ctx: RehearsalContext | None = None
         if config.mode == Mode.REAL:
@@ -260,7 +296,8 @@ class _Run:
         ids, logprobs = await self.rehearser.generate(list(context), params)
         self.rehearse_ctx.record_response(ids)
         self.generations.append(Generation("rehearse", context, prompt_len, ids, logprobs, turn,
-                                           trainable=self.config.mode == Mode.REHEARSAL))
+                                           trainable=self.config.mode == Mode.REHEARSAL,
+                                           user_turn=self.user_turn))
         assert self.rehearse_ctx.tokens is not None
         return parse_rehearsal_output(
             self._decode(self.rehearse_ctx.tokens, ids),
@@ -280,6 +317,9 @@ class _Run:
         if outcome is not None:
             if self.rehearse_ctx is not None:
                 self.rehearse_ctx.note(candidate, outcome.observation)
+                if outcome.kind == OutcomeKind.ERROR and self.config.terminate_on_rehearsal_error:
+                    # the authors' harness-side schema errors end the episode like the simulator's
+                    outcome = replace(outcome, terminate=True)
             return outcome
         return await self._rehearse(candidate, turn)
 
@@ -287,16 +327,43 @@ class _Run:
         encoded = {"act": self.act.encoded_tokens,
                    "rehearse": self.rehearse_ctx.encoded_tokens if self.rehearse_ctx else 0}
         return Trajectory(self.messages, self.generations, termination, self.act.ids, self.segments, turns,
-                          answer, encoded)
+                          answer, encoded, self.user_turn + 1)
+
+    async def _next_user_turn(self, turns: int) -> Termination | None:
+        """After a final answer: inject the next reference user turn (``None``: ACT goes on) or say why
+        the episode ends (the authors' ``ChecklistEnv`` INTERACTING state)."""
+        if not self.pending_users:
+            return Termination.FINAL_ANSWER
+        if turns >= self.config.max_turns or self.user_turn + 1 >= self.config.max_user_turns:
+            return Termination.MAX_TURNS
+        if self.continue_dialogue is not None and not await self.continue_dialogue(
+                list(self.messages), self.user_turn):
+            return Termination.DIALOGUE_STOPPED
+        user = {"role": "user", "content": self.pending_users.pop(0)}
+        self.messages.append(user)
+        delta = self.act.append_messages([user])
+        self.segments.append((TokenRole.OBSERVATION, len(delta)))
+        self.user_turn += 1
+        if self.rehearse_ctx is not None and self.rehearse_ctx.tokens is None:
+            self.rehearse_ctx.history = list(self.messages)  # not rendered yet: show the dialogue so far
+        return None
 
     async def run(self) -> Trajectory:
         config = self.config
         if len(self.act.ids) > config.max_prompt_tokens:
             return self._finish(Termination.CONTEXT_LIMIT, 0)
+        per_generation = config.context_budget == "per_generation"
+        if config.context_budget not in ("per_generation", "episode"):
+            raise ValueError(f"context_budget: per_generation or episode, got {config.context_budget!r}")
         for turn in range(config.max_turns):
-            budget = self.limit - len(self.act.ids)
-            if budget <= 0:
-                return self._finish(Termination.CONTEXT_LIMIT, turn)
+            if per_generation:
+                if len(self.act.ids) > config.max_prompt_tokens:
+                    return self._finish(Termination.CONTEXT_LIMIT, turn)
+                budget = config.max_response_tokens
+            else:
+                budget = self.limit - len(self.act.ids)
+                if budget <= 0:
+                    return self._finish(Termination.CONTEXT_LIMIT, turn)
             params = dict(config.act_sampling)
             params["max_tokens"] = min(int(params.get("max_tokens", budget)), budget)
             context = self.act.ids
@@ -304,9 +371,10 @@ class _Run:
             ids, logprobs = await self.policy.generate(list(context), params)
             self.act.append_generated(ids)
             self.segments.append((TokenRole.ACT, len(ids)))
-            self.generations.append(Generation("act", context, prompt_len, ids, logprobs, turn))
+            self.generations.append(Generation("act", context, prompt_len, ids, logprobs, turn,
+                                               user_turn=self.user_turn))
             text = self._decode(self.act, ids)
-            if len(self.act.ids) >= self.limit and not self.act.ends_turn():
+            if not per_generation and len(self.act.ids) >= self.limit and not self.act.ends_turn():
                 self.messages.append(assistant_message(text))
                 return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
             parsed = parse_tool_calls(text)
@@ -317,7 +385,12 @@ class _Run:
                 candidates = [CallCandidate(None, text, parsed.error)]
             elif not parsed.calls:
                 self.messages.append(assistant_message(parsed.final_answer or ""))
-                return self._finish(Termination.FINAL_ANSWER, turn + 1, parsed.final_answer)
+                ended = await self._next_user_turn(turn + 1)
+                if ended is not None:
+                    return self._finish(ended, turn + 1, parsed.final_answer)
+                if not per_generation and len(self.act.ids) >= self.limit:
+                    return self._finish(Termination.CONTEXT_LIMIT, turn + 1, parsed.final_answer)
+                continue
             else:
                 self.messages.append(assistant_message(parsed.final_answer or "", parsed.calls))
                 candidates = [CallCandidate(call, text) for call in parsed.calls]
@@ -337,7 +410,7 @@ class _Run:
             self.messages.extend(observations)
             delta = self.act.append_messages(observations)
             self.segments.append((TokenRole.OBSERVATION, len(delta)))
-            if len(self.act.ids) >= self.limit:
+            if not per_generation and len(self.act.ids) >= self.limit:
                 return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
         return self._finish(Termination.MAX_TURNS, config.max_turns)
 
@@ -353,6 +426,8 @@ async def run_rollout(
     simulator_tokenizer: ChatTemplateTokenizer | None = None,
     environment: Environment | None = None,
     references: list[dict[str, Any]] | None = None,
+    user_turns: list[str] | None = None,
+    continue_dialogue: Callable[[list[dict[str, Any]], int], Awaitable[bool]] | None = None,
 ) -> Trajectory:
     """Roll out one trajectory.
 
@@ -366,8 +441,12 @@ async def run_rollout(
         simulator_tokenizer: its tokenizer, if different from ``tokenizer``.
         environment: the environment in ``real`` mode.
         references: reference ``{"call", "response"}`` pairs for the rehearsal prompt (never shown to ACT).
+        user_turns: the reference dialogue's later user messages (contents of user turns 1..n-1), replayed
+            after each final answer when ``config.replay_user_turns`` (training only).
+        continue_dialogue: optional ``async (messages, user_turn) -> bool`` asked before each replayed
+            user turn (``user_turn``: index of the turn just answered); ``False`` ends the episode.
     """
     run = _Run(policy, tokenizer, messages, tools, config or RolloutConfig(), simulator, simulator_tokenizer,
-               environment, references)
+               environment, references, user_turns, continue_dialogue)
     return await run.run()
 

@@ -32,6 +32,13 @@ shared run effect (e.g. a different user simulator per run) ``lambda -> 1``. Wit
 resampled. Known limit: with k = 4 runs and a strong run effect the interval under-covers (a 4-run
 variance estimate is itself very noisy).
 
+Ratio statistics (:class:`RatioMatrix`, e.g. FinMCP's micro TP / TR / TF1 = summed counts over summed
+counts): ``S = (a^T N c) / (a^T D c)`` for a numerator and a denominator task x run matrix on the same
+tasks. A resample draws tasks and runs exactly as above — one task draw per block, one run draw shared by
+numerator and denominator — and recomputes the ratio (0 where the resampled denominator is 0, as the
+authors' ``safe_div``). Its ``lambda`` is that of the delta-method linearisation
+``(N - S D) / (a0^T D c0)``. Ratio terms combine with linear ones in a block (paired differences).
+
 Degenerate data (all bootstrap statistics identical, e.g. every score equal) give the point value as
 both bounds and ``degenerate=True``.
 
@@ -134,7 +141,90 @@ class TaskMatrix:
         return self._cache["lambda"]
 
 
-Term = tuple[float, TaskMatrix]
+@dataclass(frozen=True, eq=False)
+class RatioMatrix:
+    """A ratio of two linear statistics on the same tasks: ``S = S(num) / S(den)`` (0 when ``S(den) = 0``).
+
+    ``num`` and ``den`` are :class:`TaskMatrix` objects with the same tasks, groups and runs; ``den`` must
+    be non-negative (counts). With one group and one sample per task and run, ``S(num) / S(den)`` is the
+    pooled ``sum(num) / sum(den)`` over every sample of every run (a micro average). Exposes the task and
+    group attributes of ``num`` so it pairs with other statistics on the same tasks.
+    """
+
+    num: TaskMatrix
+    den: TaskMatrix
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        a, b = self.num, self.den
+        same = (
+            a.values.shape == b.values.shape
+            and a.task_ids == b.task_ids
+            and np.array_equal(a.group_index, b.group_index)
+            and np.allclose(a.group_weights, b.group_weights)
+        )
+        if not same:
+            raise ValueError("numerator and denominator must cover the same tasks, runs and groups")
+        if np.any(b.values < 0):
+            raise ValueError("a ratio's denominator must be non-negative")
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.num.values
+
+    @property
+    def group_index(self) -> np.ndarray:
+        return self.num.group_index
+
+    @property
+    def group_weights(self) -> np.ndarray:
+        return self.num.group_weights
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        return self.num.task_ids
+
+    @property
+    def n_tasks(self) -> int:
+        return self.num.n_tasks
+
+    @property
+    def n_runs(self) -> int:
+        return self.num.n_runs
+
+    @property
+    def task_weights(self) -> np.ndarray:
+        return self.num.task_weights
+
+    def point(self) -> float:
+        """``S(num) / S(den)``, 0 when the denominator is 0."""
+        den = self.den.point()
+        return self.num.point() / den if den > 0 else 0.0
+
+    def group_means(self) -> np.ndarray:
+        """Per group: the group's numerator mean over its denominator mean (0 where that is 0)."""
+        num, den = self.num.group_means(), self.den.group_means()
+        return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+    def linearized(self) -> TaskMatrix:
+        """Delta-method influence values ``(N - S D) / S(den)`` (zeros when ``S(den) = 0``)."""
+        den = self.den.point()
+        values = (
+            (self.num.values - self.point() * self.den.values) / den
+            if den > 0
+            else np.zeros_like(self.num.values)
+        )
+        return TaskMatrix(values, self.group_index, self.group_weights, self.task_ids)
+
+    def run_shrinkage(self) -> float:
+        """``lambda`` of the linearisation (see the module docstring)."""
+        if "lambda" not in self._cache:
+            self._cache["lambda"] = self.linearized().run_shrinkage()
+        return self._cache["lambda"]
+
+
+Statistic = TaskMatrix | RatioMatrix
+Term = tuple[float, Statistic]
 
 
 @dataclass(frozen=True)
@@ -186,7 +276,7 @@ def _merge_terms(block: Sequence[Term]) -> list[Term]:
     return [(float(c), m) for c, m in merged.values()]
 
 
-def _check_block(block: Sequence[Term]) -> TaskMatrix:
+def _check_block(block: Sequence[Term]) -> Statistic:
     if not block:
         raise ValueError("a block needs at least one term")
     first = block[0][1]
@@ -213,14 +303,23 @@ def _block_replicates(block: Sequence[Term], rng: np.random.Generator, n: int) -
         start += size
     fixed = np.zeros(base.n_tasks)
     drawn = np.zeros((base.n_tasks, n))
+    ratios = np.zeros(n)
     for coef, m in block:
         lam = m.run_shrinkage()
-        if lam == 0.0:
+        runs = None if lam == 0.0 else (1.0 - lam) / m.n_runs + lam * _counts(rng, n, m.n_runs) / m.n_runs
+        if isinstance(m, RatioMatrix):
+            if runs is None:
+                num = task_weights @ m.num.values.mean(axis=1)[order]
+                den = task_weights @ m.den.values.mean(axis=1)[order]
+            else:
+                num = np.einsum("bt,tb->b", task_weights, (m.num.values @ runs.T)[order])
+                den = np.einsum("bt,tb->b", task_weights, (m.den.values @ runs.T)[order])
+            ratios += coef * np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+        elif runs is None:
             fixed += coef * m.values.mean(axis=1)
         else:
-            runs = (1.0 - lam) / m.n_runs + lam * _counts(rng, n, m.n_runs) / m.n_runs
             drawn += coef * (m.values @ runs.T)
-    return task_weights @ fixed[order] + np.einsum("bt,tb->b", task_weights, drawn[order])
+    return task_weights @ fixed[order] + np.einsum("bt,tb->b", task_weights, drawn[order]) + ratios
 
 
 def bootstrap_replicates(
@@ -231,7 +330,8 @@ def bootstrap_replicates(
     seed: int,
     chunk: int = DEFAULT_CHUNK,
 ) -> np.ndarray:
-    """The ``resamples`` bootstrap statistics of ``sum_b v_b sum_i c_i S(X_bi)`` (see module docstring).
+    """The ``resamples`` bootstrap statistics of ``sum_b v_b sum_i c_i S(X_bi)`` (see module docstring);
+    each ``S`` is a :class:`TaskMatrix` (linear) or a :class:`RatioMatrix`.
 
     ``block_weights`` default to ``1 / len(blocks)`` (plain mean across benchmarks).
     """
@@ -276,16 +376,16 @@ def bootstrap_linear(
     return Interval(point, float(low), float(high), confidence, resamples, seed)
 
 
-def bootstrap_mean(matrix: TaskMatrix, **kwargs: Any) -> Interval:
+def bootstrap_mean(matrix: Statistic, **kwargs: Any) -> Interval:
     """Interval for one method's benchmark score (Avg@k)."""
     return bootstrap_linear([[(1.0, matrix)]], **kwargs)
 
 
-def bootstrap_paired_diff(a: TaskMatrix, b: TaskMatrix, **kwargs: Any) -> Interval:
+def bootstrap_paired_diff(a: Statistic, b: Statistic, **kwargs: Any) -> Interval:
     """Interval for ``S(a) - S(b)`` on the same tasks (shared task draws, independent run draws)."""
     return bootstrap_linear([[(1.0, a), (-1.0, b)]], **kwargs)
 
 
-def bootstrap_stratified_mean(matrices: Sequence[TaskMatrix], **kwargs: Any) -> Interval:
+def bootstrap_stratified_mean(matrices: Sequence[Statistic], **kwargs: Any) -> Interval:
     """Interval for the plain mean of several benchmark scores, each benchmark resampled independently."""
     return bootstrap_linear([[(1.0, m)] for m in matrices], **kwargs)

@@ -26,9 +26,11 @@ Implemented here:
 
 Conventions (ours, where the format leaves a choice):
 - ``arguments`` may be an object or a JSON string holding an object (OpenAI style); the string is
-  decoded. A missing ``arguments`` key means ``{}``. Keys other than ``name`` / ``arguments`` are an
-  error (``UNEXPECTED_KEY``) so that malformed calls such as ``{"name": .., "parameters": ..}`` are not
-  silently accepted with empty arguments.
+  decoded. A missing ``arguments`` key means ``{}``. ``parameters`` is accepted as the arguments key
+  and wins over ``arguments`` when both are present and not null (the authors' code,
+  ``agent_system/environments/env_package/checklist/tool_parser.py`` ``parse_tool_calls``; switch
+  ``parameters_key``, config ``training.reward_rules.parameters_key``). Any other key is an error
+  (``UNEXPECTED_KEY``), and so is ``parameters`` with ``parameters_key=False`` (ours).
 - Reasoning: complete ``<think>...</think>`` blocks are removed; a leading ``...</think>`` without an
   opening tag is accepted (the generation prompt may have opened the block); any other ``<think>`` or
   ``</think>`` is ``BAD_THINK_BLOCK``.
@@ -98,7 +100,7 @@ class ParseError(StrEnum):
     NAME_NOT_STRING = "NAME_NOT_STRING"  # "name" is not a string
     EMPTY_NAME = "EMPTY_NAME"  # "name" is the empty string
     ARGUMENTS_NOT_OBJECT = "ARGUMENTS_NOT_OBJECT"  # not an object, nor a JSON string holding one
-    UNEXPECTED_KEY = "UNEXPECTED_KEY"  # a key other than "name" / "arguments"
+    UNEXPECTED_KEY = "UNEXPECTED_KEY"  # a key other than "name" / "arguments" (/ "parameters")
     EMPTY_OUTPUT = "EMPTY_OUTPUT"  # no call and no text
     INVALID_UNICODE = "INVALID_UNICODE"  # a JSON string holds a lone surrogate (the escape \ud800)
     JSON_TOO_DEEP = "JSON_TOO_DEEP"  # arrays/objects nested deeper than MAX_JSON_DEPTH
@@ -225,7 +227,7 @@ def _strip_think(text: str) -> str | None:
     return text
 
 
-def _decode_call(body: str) -> ToolCall | ParseError:
+def _decode_call(body: str, parameters_key: bool = True) -> ToolCall | ParseError:
     """Decode one block body into a call, or the error code."""
     obj, problem = load_model_json(body)
     if problem is not None:
@@ -239,9 +241,13 @@ def _decode_call(body: str) -> ToolCall | ParseError:
         return ParseError.NAME_NOT_STRING
     if not name:
         return ParseError.EMPTY_NAME
-    if any(key not in ("name", "arguments") for key in obj):
+    allowed = ("name", "arguments", "parameters") if parameters_key else ("name", "arguments")
+    if any(key not in allowed for key in obj):
         return ParseError.UNEXPECTED_KEY
-    arguments = obj.get("arguments", {})
+    if parameters_key and obj.get("parameters") is not None:
+        arguments = obj["parameters"]  # authors' tool_parser.py: "parameters" first, then "arguments"
+    else:
+        arguments = obj.get("arguments", {})
     if isinstance(arguments, str):
         arguments, problem = load_model_json(arguments, MAX_JSON_DEPTH - 1)
         if problem == JSONProblem.INVALID:
@@ -253,11 +259,13 @@ def _decode_call(body: str) -> ToolCall | ParseError:
     return ToolCall(name=name, arguments=arguments)
 
 
-def parse_tool_calls(text: str) -> ParsedOutput:
+def parse_tool_calls(text: str, *, parameters_key: bool = True) -> ParsedOutput:
     """Parse one model output into calls and/or a final answer. Never raises.
 
     Args:
         text: the decoded model output of one ACT turn (no chat-template markers such as ``<|im_end|>``).
+        parameters_key: accept ``"parameters"`` as the arguments key (authors' default); ``False``: it is
+            ``UNEXPECTED_KEY`` (ours before).
 
     Returns:
         :class:`ParsedOutput`; see the module docstring for the conventions.
@@ -285,7 +293,7 @@ def parse_tool_calls(text: str) -> ParsedOutput:
         return ParsedOutput(error=ParseError.UNCLOSED_BLOCK)
     calls: list[ToolCall] = []
     for body in bodies:
-        decoded = _decode_call(body)
+        decoded = _decode_call(body, parameters_key)
         if isinstance(decoded, ParseError):
             return ParsedOutput(error=decoded)
         calls.append(decoded)

@@ -20,7 +20,11 @@ Implemented:
   TP = |pred ∩ gold| (multiset intersection), FP = |pred − gold|, FN = |gold − pred|; TP-rate
   ``tp`` = TP/(TP+FP) (tool precision), ``tr`` = TP/(TP+FN) (tool recall), ``tf1`` = 2·tp·tr/(tp+tr), each 0
   when its denominator is 0; macro = mean of per-sample values, micro = the same formulas on summed
-  counts (:func:`aggregate_metrics`). The sample score is ``tf1``.
+  counts (:func:`aggregate_metrics`; the authors' ``compute_metrics`` prints both). The sample score is
+  ``tf1``. Every sample's result line carries its counts in ``extra`` (``TP``, ``FP``, ``FN``; not in
+  ``subscores``, which hold values in [0, 1]); :data:`MICRO_METRICS` says how the report forms each
+  micro metric from them (config ``benchmarks.finmcp.aggregate.average``, default ``micro``: the paper's
+  TF1 46.78 is the F1 of its TP 54.04 and TR 41.23, which a macro mean of per-sample F1 would not be).
 """
 
 from __future__ import annotations
@@ -35,10 +39,23 @@ from envace.bench.base import EpisodeError, Score, Services, Task
 from envace.tools import ToolCall
 
 __all__ = ["FinMcpAdapter", "FinMcpEpisode", "load_samples", "tool_counts", "sample_metrics",
-           "aggregate_metrics", "gold_tool_names"]
+           "aggregate_metrics", "gold_tool_names", "COUNT_KEYS", "MICRO_METRICS"]
 
 DEFAULT_DATA = "data/finmcp/benchmark_final.json"
 DATA_VERSION = "DianJin-TIR FinMCP-Bench (data file sha256 recorded in manifests)"
+
+
+#: Keys of a result line's ``extra`` holding the sample's tool-name counts.
+COUNT_KEYS = ("TP", "FP", "FN")
+#: Micro metric -> (numerator, denominator), each ``{count key: coefficient}``: the metric is
+#: ``sum(num) / sum(den)`` over samples (0 when the denominator is 0). ``tf1`` = 2TP / (2TP + FP + FN),
+#: which equals 2·P·R / (P + R) of the micro precision P and recall R. ``score`` is the sample's ``tf1``.
+MICRO_METRICS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
+    "tp": ({"TP": 1.0}, {"TP": 1.0, "FP": 1.0}),
+    "tr": ({"TP": 1.0}, {"TP": 1.0, "FN": 1.0}),
+    "tf1": ({"TP": 2.0}, {"TP": 2.0, "FP": 1.0, "FN": 1.0}),
+    "score": ({"TP": 2.0}, {"TP": 2.0, "FP": 1.0, "FN": 1.0}),
+}
 
 
 def _safe_div(a: float, b: float) -> float:

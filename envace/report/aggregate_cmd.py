@@ -3,7 +3,12 @@
 Output (values in percent): the benchmark average of the primary metric with its interval, every
 metric listed in ``aggregate.metrics`` (e.g. FinMCP's tp/tr/tf1), per-group means and weights, dropped
 groups, n_tasks, n_samples, n_failed, seeds, and provenance (header plus each manifest's commit, package
-versions, config hash and timestamps). A missing or partial evaluation is an error here (exit 1): this
+versions, config hash and timestamps). Count metrics say their ``average``; a micro one (the reported
+value) carries its ``macro`` counterpart (mean of per-sample values, with its own interval) beside it.
+With ``aggregate.method: bfcl_eval`` the summary adds the per-category means, the dropped categories,
+``unscored`` categories (live_relevance) and ``leaderboard_overall``: bfcl-eval's Overall, in which the
+groups that did not run count 0 (our ``value`` re-normalises over the groups that ran).
+A missing or partial evaluation is an error here (exit 1): this
 command runs after the evaluation it summarises.
 """
 
@@ -14,6 +19,7 @@ import json
 import sys
 from typing import Any
 
+from envace.bench import bfcl
 from envace.report.context import PERCENT, add_common_args, context_from_args, write_output
 from envace.results import IncompleteResultsError, ResultsError
 
@@ -41,7 +47,29 @@ def summarize(ctx: Any, kind: str, name: str, benchmark: str) -> dict[str, Any]:
             **cell.interval.as_dict(),
             "group_means": {g: v * PERCENT for g, v in ev.group_means().items()},
         }
+        if ev.average is not None:
+            metrics[metric]["average"] = ev.average
+        if ev.average == "micro":
+            macro = ctx.evaluation(kind, name, benchmark, metric, "macro")
+            metrics[metric]["macro"] = {
+                **ctx.cell(kind, [(1.0, name)], [benchmark], metric, "macro").interval.as_dict(),
+                "group_means": {g: v * PERCENT for g, v in macro.group_means().items()},
+            }
     main = metrics[primary.metric]
+    method: dict[str, Any] = {"method": primary.method}
+    if primary.method == "bfcl_eval":
+        ran = sum(bfcl.LEADERBOARD_GROUPS[g][0] for g in primary.group_names)
+        total = sum(w for w, _ in bfcl.LEADERBOARD_GROUPS.values())
+        method.update(
+            category_means={c: v * PERCENT for c, v in primary.stratum_means().items()},
+            dropped_categories=list(primary.dropped_categories),
+            unscored={c: v * PERCENT for c, v in primary.unscored.items()},
+            leaderboard_overall=main["point"] * ran / total,
+            overall_note=(
+                f"value = weighted mean of the bfcl-eval groups that ran (weights re-normalised over {ran:g} "
+                f"of {total:g}); leaderboard_overall counts the others as 0, as bfcl-eval does"
+            ),
+        )
     return {
         "kind": kind,
         "model": name,
@@ -56,10 +84,12 @@ def summarize(ctx: Any, kind: str, name: str, benchmark: str) -> dict[str, Any]:
         "group_means": main["group_means"],
         "group_weights": primary.group_weights(),
         "dropped_groups": list(primary.dropped_groups),
+        **method,
         "metrics": metrics,
         "n_tasks": primary.matrix.n_tasks,
         "n_samples": primary.n_samples,
         "n_failed": primary.n_failed,
+        "n_failed_uncounted": primary.n_failed_uncounted,
         "units": "percent",
         "provenance": {
             **ctx.header(),

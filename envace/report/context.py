@@ -74,16 +74,22 @@ class ReportContext:
         self.resamples = int(resamples or boot["resamples"])
         self.seed = int(boot["seed"])
         self.confidence = float(boot["confidence"])
-        self._evaluations: dict[tuple[str, str, str, str | None], Evaluation | IncompleteResultsError] = {}
+        self._evaluations: dict[
+            tuple[str, str, str, str | None, str | None], Evaluation | IncompleteResultsError
+        ] = {}
         self._tts_context: dict[tuple[str, str], ContextStats] = {}
 
-    def evaluation(self, kind: str, name: str, benchmark: str, metric: str | None = None) -> Evaluation:
-        """The loaded evaluation (cached); raises IncompleteResultsError if missing or partial."""
-        key = (kind, name, benchmark, metric)
+    def evaluation(
+        self, kind: str, name: str, benchmark: str, metric: str | None = None, average: str | None = None
+    ) -> Evaluation:
+        """The loaded evaluation (cached); raises IncompleteResultsError if missing or partial.
+
+        ``average`` (``micro`` / ``macro``) overrides ``aggregate.average`` for count metrics."""
+        key = (kind, name, benchmark, metric, average)
         if key not in self._evaluations:
             try:
                 self._evaluations[key] = load_evaluation(
-                    self.cfg, self.results_dir, kind, name, benchmark, metric
+                    self.cfg, self.results_dir, kind, name, benchmark, metric, average
                 )
             except IncompleteResultsError as exc:
                 self._evaluations[key] = exc
@@ -105,6 +111,7 @@ class ReportContext:
         terms: Sequence[tuple[float, str]],
         benchmarks: Sequence[str],
         metric: str | None = None,
+        average: str | None = None,
     ) -> Cell:
         """``mean over benchmarks of sum_i coef_i * score(name_i)`` in percent, with its interval.
 
@@ -115,7 +122,7 @@ class ReportContext:
             block = []
             for coef, name in terms:
                 try:
-                    block.append((coef, self.evaluation(kind, name, bench, metric).matrix))
+                    block.append((coef, self.evaluation(kind, name, bench, metric, average).matrix))
                 except IncompleteResultsError as exc:
                     missing.append(str(exc))
             blocks.append(block)
@@ -130,9 +137,16 @@ class ReportContext:
             raise ResultsError(f"cannot pair {names} on {list(benchmarks)}: {exc}") from exc
         return Cell(interval.scaled(PERCENT))
 
-    def mean(self, kind: str, name: str, benchmarks: Sequence[str], metric: str | None = None) -> Cell:
+    def mean(
+        self,
+        kind: str,
+        name: str,
+        benchmarks: Sequence[str],
+        metric: str | None = None,
+        average: str | None = None,
+    ) -> Cell:
         """One method's score (Avg@k), averaged over ``benchmarks`` (benchmark-stratified)."""
-        return self.cell(kind, [(1.0, name)], benchmarks, metric)
+        return self.cell(kind, [(1.0, name)], benchmarks, metric, average)
 
     def checkpoint_model(self, step: int) -> str:
         """Model id evaluated for training step ``step`` of the checkpoint run.

@@ -1,55 +1,103 @@
-"""Turn the result files of one (model or TTS setting, benchmark) into a :class:`~envace.stats.TaskMatrix`.
+"""Turn the result files of one (model or TTS setting, benchmark) into a bootstrap statistic of
+:mod:`envace.stats` (a :class:`~envace.stats.TaskMatrix`, or a :class:`~envace.stats.RatioMatrix` for
+micro-averaged count metrics).
 
 For every configured seed (``cfg["seeds"]`` for evaluations, ``cfg["tts"]["seeds"]`` for test-time
 scaling) the complete result file is read with the expected config hash
-(:func:`envace.config.eval_hash` / :func:`envace.config.tts_hash`). A task's score in a run is the mean
-over its samples of the chosen metric (``score`` or a sub-score such as FinMCP's ``tp``); a failed sample
-counts as 0 and is counted in ``n_failed``. Tasks map to aggregate groups through their split
-(``cfg["benchmarks"][b]["aggregate"]["groups"]``); groups without any task are dropped, the remaining
-weights renormalised, and the dropped groups recorded.
+(:func:`envace.config.eval_hash` / :func:`envace.config.tts_hash`).
+
+Per-task values. A task's value in a run is the mean over its samples of the chosen metric (``score`` or
+a sub-score such as FinMCP's ``tp``); a failed sample counts as 0 and is counted in ``n_failed``.
+Count metrics (FinMCP's tp / tr / tf1 / score, :data:`envace.bench.finmcp.MICRO_METRICS`) with
+``aggregate.average: micro`` (the default) instead keep, per task and run, the mean over its samples of
+the metric's numerator and denominator counts (from each line's ``extra`` ``TP`` / ``FP`` / ``FN``); the
+statistic is their ratio, i.e. with one group the metric of the counts summed over every sample of every
+run. A failed sample contributes TP = FP = 0 and FN = its gold tool count (TP + FN as recorded); one
+without recorded counts contributes nothing and is counted in ``n_failed_uncounted``. With
+``average: macro`` they are per-sample means like any sub-score.
+
+Groups. ``aggregate.method: pooled`` (the default): tasks map to the config's aggregate groups through
+their split; a group's value is the mean over its tasks; groups are the bootstrap strata. ``method:
+bfcl_eval`` (BFCL-v4): the strata are the categories (splits) and group values and weights are those of
+the pinned bfcl-eval leaderboard (:func:`envace.bench.bfcl.leaderboard_weights`; the config's ``groups``
+are not used); ``live_relevance`` is reported in ``unscored`` and weighted into nothing. In both, groups
+(and, for ``bfcl_eval``, categories) without any task are dropped, the remaining weights renormalised,
+and the dropped ones recorded.
 
 Errors: a missing or partial run raises :class:`~envace.results.IncompleteResultsError` (a MISSING cell
-in reports); corrupt files, a split outside every group, a missing sub-score, or runs that cover
-different tasks raise :class:`~envace.results.ResultsError`.
+in reports); corrupt files, a split outside every group, a missing sub-score or count, or runs that
+cover different tasks raise :class:`~envace.results.ResultsError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from envace.bench import bfcl, finmcp
 from envace.config import eval_hash, tts_hash
 from envace.results import ResultsError, eval_path, read_results, tts_path
-from envace.stats import TaskMatrix
+from envace.stats import RatioMatrix, Statistic, TaskMatrix
 
 KINDS = ("eval", "tts")
+METHODS = ("pooled", "bfcl_eval")
+AVERAGES = ("micro", "macro")
+#: benchmark -> its count metrics (metric -> numerator / denominator count coefficients).
+COUNT_METRICS: dict[str, dict[str, tuple[dict[str, float], dict[str, float]]]] = {
+    "finmcp": finmcp.MICRO_METRICS,
+}
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The complete runs of one (model or setting, benchmark, metric) as a task x run matrix."""
+    """The complete runs of one (model or setting, benchmark, metric) as a bootstrap statistic.
+
+    ``group_names`` are the reported groups; ``strata`` the bootstrap strata (the statistic's groups) when
+    they differ (``method: bfcl_eval``: categories), with ``group_map[g, s]`` the weight of stratum ``s``
+    in group ``g``'s value and ``reported_weights`` the groups' Overall weights. ``average`` is ``micro``
+    or ``macro`` for count metrics, ``None`` otherwise.
+    """
 
     kind: str
     name: str
     benchmark: str
     metric: str
     seeds: tuple[int, ...]
-    matrix: TaskMatrix
+    matrix: Statistic
     group_names: tuple[str, ...]
     dropped_groups: tuple[str, ...]
     n_samples: int
     n_failed: int
     manifests: tuple[dict[str, Any], ...]
+    method: str = "pooled"
+    average: str | None = None
+    strata: tuple[str, ...] = ()
+    group_map: np.ndarray | None = None
+    reported_weights: tuple[float, ...] = ()
+    dropped_categories: tuple[str, ...] = ()
+    unscored: dict[str, float] = field(default_factory=dict)
+    n_failed_uncounted: int = 0
 
     def group_means(self) -> dict[str, float]:
-        return dict(zip(self.group_names, self.matrix.group_means().tolist(), strict=True))
+        means = self.matrix.group_means()
+        if self.group_map is not None:
+            means = self.group_map @ means
+        return dict(zip(self.group_names, means.tolist(), strict=True))
 
     def group_weights(self) -> dict[str, float]:
+        if self.group_map is not None:
+            return dict(zip(self.group_names, self.reported_weights, strict=True))
         return dict(zip(self.group_names, self.matrix.group_weights.tolist(), strict=True))
+
+    def stratum_means(self) -> dict[str, float]:
+        """Per-stratum values (``method: bfcl_eval``: per-category accuracies); ``{}`` for ``pooled``."""
+        if not self.strata:
+            return {}
+        return dict(zip(self.strata, self.matrix.group_means().tolist(), strict=True))
 
 
 def _sample_value(line: Mapping[str, Any], metric: str, where: str) -> float:
@@ -64,6 +112,32 @@ def _sample_value(line: Mapping[str, Any], metric: str, where: str) -> float:
     return float(line["subscores"][metric])
 
 
+def _sample_counts(
+    line: Mapping[str, Any], ratio: tuple[dict[str, float], dict[str, float]], where: str
+) -> tuple[float, float] | None:
+    """``(numerator, denominator)`` of a count metric for one line; ``None`` for a failed line without
+    counts (see the module docstring)."""
+    extra = line.get("extra") or {}
+    have = all(isinstance(extra.get(k), int | float) and extra[k] >= 0 for k in finmcp.COUNT_KEYS)
+    if line["status"] == "failed":
+        if not have:
+            return None
+        counts = {"TP": 0.0, "FP": 0.0, "FN": float(extra["TP"] + extra["FN"])}
+    elif not have:
+        raise ResultsError(
+            f"{where}: micro average needs the counts extra.{'/'.join(finmcp.COUNT_KEYS)} of every ok "
+            f"sample (task {line['task_id']}); rerun the evaluation or set aggregate.average: macro"
+        )
+    else:
+        counts = {k: float(extra[k]) for k in finmcp.COUNT_KEYS}
+    num, den = ratio
+    return sum(c * counts[k] for k, c in num.items()), sum(c * counts[k] for k, c in den.items())
+
+
+def _leaves(node: bfcl.AggNode) -> list[str]:
+    return [x for c in node.children for x in (_leaves(c) if isinstance(c, bfcl.AggNode) else [c])]
+
+
 def load_evaluation(
     cfg: Mapping[str, Any],
     results_dir: str | Path,
@@ -71,21 +145,42 @@ def load_evaluation(
     name: str,
     benchmark: str,
     metric: str | None = None,
+    average: str | None = None,
 ) -> Evaluation:
-    """Read and check every run of ``name`` on ``benchmark`` (see module docstring)."""
+    """Read and check every run of ``name`` on ``benchmark`` (see module docstring).
+
+    ``average`` overrides ``aggregate.average`` (``micro`` / ``macro``; only count metrics use it).
+    """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     aggregate = cfg["benchmarks"][benchmark]["aggregate"]
     metric = metric or aggregate["metric"]
-    split_group = {split: g for g, spec in aggregate["groups"].items() for split in spec["splits"]}
+    method = aggregate.get("method", "pooled")
+    if method not in METHODS:
+        raise ValueError(f"aggregate.method must be one of {METHODS}, got {method!r}")
+    ratio = COUNT_METRICS.get(benchmark, {}).get(metric)
+    if ratio is None:
+        average = None
+    else:
+        average = average or aggregate.get("average", "micro")
+        if average not in AVERAGES:
+            raise ValueError(f"aggregate.average must be one of {AVERAGES}, got {average!r}")
+        if average == "macro":
+            ratio = None
+    if method == "bfcl_eval":
+        tree = bfcl.LEADERBOARD_GROUPS
+        split_group = {c: c for _, node in tree.values() for c in _leaves(node)}
+        split_group.update({s: s for s in bfcl.UNSCORED_SPLITS})
+    else:
+        split_group = {split: g for g, spec in aggregate["groups"].items() for split in spec["splits"]}
     if kind == "eval":
         seeds, expected, path_of = cfg["seeds"], eval_hash(cfg, name, benchmark), eval_path
     else:
         seeds, expected, path_of = cfg["tts"]["seeds"], tts_hash(cfg, name, benchmark), tts_path
-    runs: list[dict[str, list[float]]] = []
+    runs: list[dict[str, list[Any]]] = []
     task_split: dict[str, str] = {}
     manifests = []
-    n_samples = n_failed = 0
+    n_samples = n_failed = n_uncounted = 0
     for seed in seeds:
         res = read_results(path_of(results_dir, name, benchmark, seed), expected_hash=expected)
         m = res.manifest
@@ -94,16 +189,22 @@ def load_evaluation(
                 f"{res.path}: manifest is for ({m['model']}, {m['benchmark']}, seed {m['seed']}), "
                 f"expected ({name}, {benchmark}, seed {seed})"
             )
-        per_task: dict[str, list[float]] = {}
+        per_task: dict[str, list[Any]] = {}
         for i, line in enumerate(res.lines, start=1):
             where = f"{res.path}: line {i}"
             if line["split"] not in split_group:
-                raise ResultsError(
-                    f"{where}: split '{line['split']}' belongs to no aggregate group of {benchmark}"
-                )
+                what = "bfcl-eval leaderboard category" if method == "bfcl_eval" else "aggregate group"
+                raise ResultsError(f"{where}: split '{line['split']}' belongs to no {what} of {benchmark}")
             if task_split.setdefault(line["task_id"], line["split"]) != line["split"]:
                 raise ResultsError(f"{where}: task {line['task_id']} appears under two splits")
-            per_task.setdefault(line["task_id"], []).append(_sample_value(line, metric, where))
+            if ratio is None:
+                value: Any = _sample_value(line, metric, where)
+            else:
+                value = _sample_counts(line, ratio, where)
+                if value is None:
+                    n_uncounted += 1
+                    value = (0.0, 0.0)
+            per_task.setdefault(line["task_id"], []).append(value)
             n_failed += line["status"] == "failed"
         n_samples += len(res.lines)
         if runs and per_task.keys() != runs[0].keys():
@@ -116,16 +217,58 @@ def load_evaluation(
         manifests.append(m)
     if not task_split:
         raise ResultsError(f"{name}/{benchmark}: the result files hold no samples")
-    groups = list(aggregate["groups"])
-    present = [g for g in groups if any(split_group[s] == g for s in task_split.values())]
-    tasks = sorted(task_split, key=lambda t: (groups.index(split_group[task_split[t]]), task_split[t], t))
-    values = np.array([[np.mean(run[t]) for run in runs] for t in tasks])
-    matrix = TaskMatrix(
-        values=values,
-        group_index=np.array([present.index(split_group[task_split[t]]) for t in tasks]),
-        group_weights=np.array([aggregate["groups"][g]["weight"] for g in present], dtype=float),
-        task_ids=tuple(tasks),
-    )
+
+    def task_values(tasks: list[str]) -> np.ndarray:
+        """tasks x runs (x 2 for a count metric: numerator, denominator) of per-task sample means."""
+        return np.array([[np.mean(run[t], axis=0) for run in runs] for t in tasks], dtype=float)
+
+    extra: dict[str, Any] = {}
+    if method == "bfcl_eval":
+        order = list(split_group)
+        unscored_tasks = [t for t, s in task_split.items() if s in bfcl.UNSCORED_SPLITS]
+        for split in bfcl.UNSCORED_SPLITS:
+            vals = task_values([t for t in unscored_tasks if task_split[t] == split])
+            if vals.size:
+                num, den = (vals[..., 0].sum(), vals[..., 1].sum()) if ratio else (vals.mean(), 1.0)
+                extra.setdefault("unscored", {})[split] = float(num / den) if den > 0 else 0.0
+        task_split = {t: s for t, s in task_split.items() if s not in bfcl.UNSCORED_SPLITS}
+        if not task_split:
+            raise ResultsError(f"{name}/{benchmark}: no task in a bfcl-eval leaderboard group")
+        counts = {s: sum(v == s for v in task_split.values()) for s in set(task_split.values())}
+        lw = bfcl.leaderboard_weights(counts)
+        weights = lw.category_weights()
+        present = [s for s in order if s in weights]
+        groups = list(lw.within)
+        total = sum(lw.group_weights.values())
+        extra.update(
+            strata=tuple(present),
+            group_map=np.array([[lw.within[g].get(s, 0.0) for s in present] for g in groups]),
+            reported_weights=tuple(lw.group_weights[g] / total for g in groups),
+            dropped_categories=lw.dropped_categories,
+        )
+        stratum_of = dict(task_split)
+        stratum_weight = [weights[s] for s in present]
+        group_names, dropped = tuple(groups), lw.dropped_groups
+    else:
+        config_groups = list(aggregate["groups"])
+        present = [g for g in config_groups if any(split_group[s] == g for s in task_split.values())]
+        stratum_of = {t: split_group[s] for t, s in task_split.items()}
+        stratum_weight = [aggregate["groups"][g]["weight"] for g in present]
+        group_names, dropped = tuple(present), tuple(g for g in config_groups if g not in present)
+    tasks = sorted(task_split, key=lambda t: (present.index(stratum_of[t]), task_split[t], t))
+    values = task_values(tasks)
+    build = {
+        "group_index": np.array([present.index(stratum_of[t]) for t in tasks]),
+        "group_weights": np.array(stratum_weight, dtype=float),
+        "task_ids": tuple(tasks),
+    }
+    matrix: Statistic
+    if ratio is None:
+        matrix = TaskMatrix(values=values, **build)
+    else:
+        matrix = RatioMatrix(
+            TaskMatrix(values=values[..., 0], **build), TaskMatrix(values=values[..., 1], **build)
+        )
     return Evaluation(
         kind=kind,
         name=name,
@@ -133,9 +276,13 @@ def load_evaluation(
         metric=metric,
         seeds=tuple(seeds),
         matrix=matrix,
-        group_names=tuple(present),
-        dropped_groups=tuple(g for g in groups if g not in present),
+        group_names=group_names,
+        dropped_groups=dropped,
         n_samples=n_samples,
         n_failed=n_failed,
         manifests=tuple(manifests),
+        method=method,
+        average=average,
+        n_failed_uncounted=n_uncounted,
+        **extra,
     )

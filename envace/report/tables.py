@@ -4,7 +4,10 @@
   all MISSING); columns = the table's benchmarks and Overall = plain mean of the benchmark averages with
   a benchmark-stratified interval.
 * Table 2: rows = ``evaluation.table2.models``; columns = the benchmark's ``aggregate.metrics`` (FinMCP:
-  tp, tr, tf1; macro means of per-sample values).
+  tp, tr, tf1), averaged as ``aggregate.average`` says (default ``micro``: the metrics of the tool counts
+  summed over samples, the paper's definition). A micro table also carries the macro values (means of
+  per-sample values, with their intervals) as ``<metric>_macro`` columns in the CSV, a labelled second
+  table in the Markdown and comment lines in the TeX; the diff compares only the main columns.
 * Table 3: rows = ``tts.table3`` (row name -> TTS setting); columns = each ``tts.benchmarks`` score,
   Overall = their mean, and delta = Overall(setting) - Overall(no_tts) with a paired interval.
 
@@ -27,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
+from envace.report.evaluations import COUNT_METRICS
 from envace.report.paper import decimals
 from envace.results import ResultsError
 
@@ -52,6 +56,7 @@ class Row:
     label: str
     cells: dict[str, Cell | None]
     paper: dict[str, float | None]
+    extra: dict[str, Cell | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,6 +66,8 @@ class Table:
     columns: list[str]
     decimals: dict[str, int]
     rows: list[Row] = field(default_factory=list)
+    extra_columns: list[str] = field(default_factory=list)  # e.g. tp_macro: reported beside, not diffed
+    notes: list[str] = field(default_factory=list)
 
 
 def _paper_rows(ctx: ReportContext, name: str) -> dict[str, dict[str, float | None]]:
@@ -105,6 +112,19 @@ def build_table2(ctx: ReportContext) -> Table:
 
     table = Table("table2", ctx.paper["table2"]["caption"], columns, _decimals(ctx, "table2", columns))
     table.rows = _model_rows(ctx, "table2", columns, cells)
+    counted = [m for m in columns if m in COUNT_METRICS.get(bench, {})]
+    if counted and aggregate.get("average", "micro") == "micro":
+        table.extra_columns = [f"{m}_macro" for m in counted]
+        table.notes.append(
+            f"{', '.join(TITLES.get(m, (m,))[0] for m in counted)}: micro averages (tool counts summed "
+            "over all samples of all runs, as the paper's TF1 = F1(TP, TR)); the macro averages (means of "
+            "per-sample values) are reported beside them (columns *_macro)."
+        )
+        for row in table.rows:
+            if row.key:
+                row.extra = {f"{m}_macro": ctx.mean("eval", row.key, [bench], m, "macro") for m in counted}
+    elif counted:
+        table.notes.append("TP / TR / TF1: macro averages (means of per-sample values; aggregate.average).")
     return table
 
 
@@ -160,6 +180,11 @@ def to_frame(table: Table) -> pd.DataFrame:
             rec[f"{col}_degenerate"] = iv.degenerate if iv else None
             rec[f"{col}_paper"] = row.paper.get(col)
             rec[f"{col}_missing"] = "; ".join(cell.missing) if cell is not None and not cell.ok else ""
+        for col in table.extra_columns:
+            iv = (row.extra.get(col) or Cell(None)).interval
+            rec[col] = iv.point if iv else None
+            rec[f"{col}_ci_low"] = iv.low if iv else None
+            rec[f"{col}_ci_high"] = iv.high if iv else None
         records.append(rec)
     return pd.DataFrame.from_records(records)
 
@@ -177,10 +202,26 @@ def to_markdown(table: Table, header: str) -> str:
             cell, dec = row.cells.get(col), table.decimals[col]
             parts += ["—" if cell is None else cell.text(dec), _paper_text(row.paper.get(col), dec)]
         lines.append("| " + " | ".join(parts) + " |")
+    if table.extra_columns:
+        lines += ["", "Beside it, not compared with the paper:", ""]
+        lines.append("| Method | " + " | ".join(table.extra_columns) + " |")
+        lines.append("|---" + "|---:" * len(table.extra_columns) + "|")
+        for row in table.rows:
+            if row.extra:
+                parts = [_extra_text(table, row, c) for c in table.extra_columns]
+                lines.append(f"| {row.label} | " + " | ".join(parts) + " |")
+    if table.notes:
+        lines += [""] + [f"Note: {n}" for n in table.notes]
     notes = _missing_notes(table)
     if notes:
         lines += ["", "MISSING cells:", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _extra_text(table: Table, row: Row, col: str) -> str:
+    """A beside-the-table cell (``tp_macro``) printed with its main column's decimals."""
+    cell = row.extra.get(col)
+    return "—" if cell is None else cell.text(table.decimals[col.rsplit("_", 1)[0]])
 
 
 def _tex_escape(text: str) -> str:
@@ -223,6 +264,11 @@ def to_latex(table: Table, header: str) -> str:
             parts += [_tex_cell(row.cells.get(col), dec), "--" if value is None else f"{value:.{dec}f}"]
         lines.append(" & ".join(parts) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [f"% note: {n}" for n in table.notes]
+    for row in table.rows:
+        if row.extra:
+            extra = ", ".join(f"{c} {_extra_text(table, row, c)}" for c in row.extra)
+            lines.append(f"% {row.label}: {extra}")
     return "\n".join(lines) + "\n"
 
 

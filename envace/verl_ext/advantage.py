@@ -8,7 +8,9 @@ tokens). verl does not pass ``non_tensor_batch`` to estimators, so the role reac
 id: :func:`role_group_ids` turns ``(uid, role)`` into ``"<uid>::<role>"`` (done by
 :class:`envace.verl_ext.trainer.EnvaceTrainer` before verl's advantage step). With role-aware ids,
 grouping by id alone is exactly the paper's per-(prompt, role) baseline, counted over rows as in the
-authors' code; no std normalisation unless ``algorithm.norm_adv_by_std_in_grpo`` is true.
+authors' code; no std normalisation unless ``algorithm.norm_adv_by_std_in_grpo`` is true. A one-row
+group gets ``A = R`` (``algorithm.envace_singleton_advantage: reward``, the authors' verl GRPO) or 0
+(``zero``, ours before); set from ``training.runs.<run>.episode.singleton_advantage``.
 
 Rows whose id starts with :data:`PAD_PREFIX` (or whose response mask is all zero) form no group with
 anything else: padding never enters a baseline.
@@ -64,7 +66,9 @@ def compute_role_wise_advantage(
         ids,
     )
     norm = bool(config.get("norm_adv_by_std_in_grpo", False)) if config is not None else False
-    adv = role_wise_grpo(ids, np.zeros(len(ids), dtype=np.int64), rewards, norm_by_std=norm)
+    singleton = str(config.get("envace_singleton_advantage", "reward")) if config is not None else "reward"
+    adv = role_wise_grpo(ids, np.zeros(len(ids), dtype=np.int64), rewards, norm_by_std=norm,
+                         singleton=singleton)
     scores = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
     scores = scores.unsqueeze(-1) * response_mask
     return scores, scores

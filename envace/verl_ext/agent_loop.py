@@ -8,13 +8,25 @@ generation** (one ACT turn or one REHEARSE reply), in generation order:
 - ``prompt_ids`` = the context that generation was sampled from, ``response_ids`` = the sampled tokens,
   ``response_mask`` all ones, ``response_logprobs`` = the server's log-probs (the same ids the rollout
   saw: nothing is decoded and re-encoded).
-- ``extra_fields``: ``envace_role`` (``"act"`` / ``"rehearse"``), ``envace_turn``, ``envace_row``,
-  ``envace_termination``; the last output also carries the trajectory's ``envace_messages`` (JSON).
+- ``extra_fields``: ``envace_role`` (``"act"`` / ``"rehearse"``), ``envace_turn``, ``envace_user_turn``,
+  ``envace_row``, ``envace_termination``; the last output also carries the trajectory's
+  ``envace_messages`` (JSON).
+- Multi-turn replay: the row's ``extra_info["user_turns"]`` (JSON list of the reference dialogue's later
+  user messages; missing or empty = one user turn) is replayed after each final answer
+  (``envace.replay_user_turns``, default true, the authors' ``ChecklistEnv``; see :mod:`envace.rollout`).
+- Context budget (``envace.context_budget``): ``per_generation`` (default, the authors': each generation's
+  context may hold ``rollout.prompt_length`` tokens and each generation ``rollout.response_length``;
+  verl 0.9.1's v1 worker stores every output as its own unpadded row, so no layout caps a row at the
+  initial prompt + ``response_length``; ``ppo_max_token_len_per_gpu`` 20480 holds one 12k + 8k row) or
+  ``episode`` (ours before: the initial prompt plus ``response_length`` tokens over the whole episode).
 - ``reward_score`` on the last output: the trajectory reward from the function configured in verl's
   ``reward.custom_reward_function`` (path + name, loaded with verl's own ``load_extern_object``), called
   with verl's custom-reward signature ``fn(data_source, solution_str, ground_truth, extra_info)`` where
-  ``extra_info`` holds the dataset row's ``extra_info`` plus ``messages`` (the ACT chat),
-  ``termination`` and ``num_turns``. verl's v1 agent-loop worker copies the last output's reward to the
+  ``extra_info`` holds the dataset row's ``extra_info`` plus ``messages`` (the ACT chat, replayed user
+  turns included), ``termination`` (the :class:`envace.rollout.Termination` value as a string:
+  ``final_answer``, ``act_parse_error``, ``rehearsal_error``, ``rehearsal_malformed``, ``max_turns``,
+  ``context_limit``, ``dialogue_stopped``), ``num_turns`` (ACT turns) and ``user_turns_played``.
+  verl's v1 agent-loop worker copies the last output's reward to the
   trajectory's other rows.
 
 Why a list of outputs: verl 0.9.1's default (v1, TransferQueue) agent-loop worker
@@ -164,6 +176,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _user_turns(value: Any) -> list[str]:
+    """The row's later user turns: ``extra_info["user_turns"]`` (a JSON string of a list, or a list);
+    missing or empty = none (a single-turn episode); anything else than a list is an error."""
+    value = _plain(value) if value is not None else []
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"extra_info.user_turns must be a list of strings, got {type(value).__name__}")
+    return [str(v) for v in value]
+
+
 def rollout_config_from(
     envace_cfg: dict[str, Any],
     rollout_cfg: Any,
@@ -173,7 +194,8 @@ def rollout_config_from(
     """Our :class:`RolloutConfig` from the ``envace`` section and verl's rollout config.
 
     ``max_turns`` / ``precheck`` / ``mode`` / ``terminate_on_rehearsal_malformed`` /
-    ``terminate_on_rehearsal_error`` come from ``envace``; the context limits from verl's
+    ``terminate_on_rehearsal_error`` (default true) / ``replay_user_turns`` (default true) /
+    ``context_budget`` (default ``per_generation``) come from ``envace``; the context limits from verl's
     ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from verl's per-sample
     ``sampling_params`` (which already hold the validation values when validating). Chat-template
     arguments: verl's ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``), then
@@ -181,6 +203,9 @@ def rollout_config_from(
     """
     sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
     response_length = int(rollout_cfg.response_length)
+    budget = str(envace_cfg.get("context_budget", "per_generation"))
+    if budget not in ("per_generation", "episode"):
+        raise ValueError(f"envace.context_budget must be per_generation or episode, got {budget!r}")
     return RolloutConfig(
         mode=Mode(envace_cfg.get("mode", "rehearsal")),
         max_turns=int(envace_cfg.get("max_turns", 30)),
@@ -191,7 +216,9 @@ def rollout_config_from(
         rehearse_sampling={**sampling, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
         precheck=envace_cfg.get("precheck", "none"),
         terminate_on_rehearsal_malformed=bool(envace_cfg.get("terminate_on_rehearsal_malformed", True)),
-        terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", False)),
+        terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", True)),
+        replay_user_turns=bool(envace_cfg.get("replay_user_turns", True)),
+        context_budget=budget,
         template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
     )
 
@@ -255,7 +282,8 @@ def trajectory_outputs(
                 response_logprobs=list(g.logprobs),
                 num_turns=g.turn + 1,
                 metrics=AgentLoopMetrics(),
-                extra_fields={**common, "envace_role": g.role, "envace_turn": g.turn, "envace_row": i},
+                extra_fields={**common, "envace_role": g.role, "envace_turn": g.turn,
+                              "envace_user_turn": g.user_turn, "envace_row": i},
             )
         )
     if not outputs:  # nothing generated (e.g. the prompt was over the limit): one empty row
@@ -267,7 +295,8 @@ def trajectory_outputs(
                 response_logprobs=[0.0],
                 num_turns=0,
                 metrics=AgentLoopMetrics(),
-                extra_fields={**common, "envace_role": "act", "envace_turn": 0, "envace_row": 0},
+                extra_fields={**common, "envace_role": "act", "envace_turn": 0, "envace_user_turn": 0,
+                              "envace_row": 0},
             )
         )
         reward = 0.0 if reward is None else reward
@@ -314,6 +343,7 @@ class EnvaceAgentLoop(AgentLoopBase):
         messages = _plain(kwargs.get("raw_prompt", kwargs.get("prompt")))
         tools = _plain(extra.get("tools", []))
         references = _plain(extra.get("references", []))
+        user_turns = _user_turns(extra.get("user_turns"))
         config = rollout_config_from(
             self.envace_cfg, self.rollout_config, sampling_params,
             chat_template_kwargs=getattr(self, "apply_chat_template_kwargs", None),
@@ -336,6 +366,7 @@ class EnvaceAgentLoop(AgentLoopBase):
             simulator=simulator,
             simulator_tokenizer=sim_tok,
             references=list(references),
+            user_turns=user_turns,
         )
         reward, reward_info = await asyncio.to_thread(self._reward, traj, kwargs, extra)
         backends = [policy] + ([simulator] if per_role else [])
@@ -359,6 +390,7 @@ class EnvaceAgentLoop(AgentLoopBase):
             "messages": traj.messages,
             "termination": str(traj.termination),
             "num_turns": traj.num_turns,
+            "user_turns_played": traj.user_turns,
         }
         score = self._reward_fn(
             _plain(kwargs.get("data_source", "cm2")),

@@ -1,7 +1,9 @@
 """Compose a run's verl config: our Hydra file + overrides generated from ``config/config.yaml``.
 
 Implemented: :func:`run_overrides` turns ``training.runs.<run>`` (the single source of truth) into Hydra
-override strings for verl's ``ppo_trainer``; :func:`compose` composes ``envace/verl_ext/config/<run>.yaml``
+override strings for verl's ``ppo_trainer`` (its ``episode`` block -> ``envace.terminate_on_rehearsal_error``,
+``envace.replay_user_turns``, ``envace.context_budget``, ``algorithm.envace_singleton_advantage``);
+:func:`compose` composes ``envace/verl_ext/config/<run>.yaml``
 (which holds only differences from verl's defaults) with those overrides using Hydra's compose API, the
 same composition ``python -m verl.trainer.main_ppo --config-path ... --config-name <run>`` performs.
 Composition runs on CPU (no Ray, no GPU); the tests assert the paper's values on the result.
@@ -24,10 +26,18 @@ from typing import Any
 
 from envace.verl_ext.per_role import split_nodes
 
-__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides", "compose"]
+__all__ = ["CONFIG_DIR", "RUN_FILES", "EPISODE_DEFAULTS", "run_config_name", "run_overrides", "cpu_overrides",
+           "compose"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 RUN_FILES = {p.stem for p in CONFIG_DIR.glob("*.yaml") if not p.stem.startswith("_")}
+#: ``training.runs.<run>.episode`` keys a run may leave out: the authors' rules (issue 12)
+EPISODE_DEFAULTS: dict[str, Any] = {
+    "terminate_on_rehearsal_error": True,
+    "replay_user_turns": True,
+    "context_budget": "per_generation",
+    "singleton_advantage": "reward",
+}
 
 
 def run_config_name(cfg: Mapping[str, Any], run: str) -> str:
@@ -65,6 +75,7 @@ def run_overrides(
         raise KeyError(f"unknown run {run!r}; training.runs has {sorted(runs)}")
     r = runs[run]
     kl = r.get("kl", {}) or {}
+    ep = {**EPISODE_DEFAULTS, **(r.get("episode", {}) or {})}
     o = {
         "actor_rollout_ref.model.path": r["base_model"],
         "actor_rollout_ref.actor.optim.lr": r["lr"],
@@ -94,6 +105,11 @@ def run_overrides(
         "envace.precheck": r.get("precheck", "none"),
         "envace.roles": r.get("roles", "shared"),
         "envace.mode": "external_simulator" if r.get("algorithm") == "grpo" else "rehearsal",
+        # episode / update rules (training.runs.<run>.episode; defaults = the authors' code)
+        "envace.terminate_on_rehearsal_error": bool(ep["terminate_on_rehearsal_error"]),
+        "envace.replay_user_turns": bool(ep["replay_user_turns"]),
+        "envace.context_budget": ep["context_budget"],
+        "algorithm.envace_singleton_advantage": ep["singleton_advantage"],
     }
     if r.get("algorithm") == "grpo":
         o["envace.simulator.model"] = r["simulator"]

@@ -5,14 +5,16 @@ via ``--config-path/--config-name`` plus overrides from ``config.yaml``), the en
 (``VERL_USE_EXTERNAL_MODULES=envace.verl_ext`` so every Ray process registers our extension), resume
 (``trainer.resume_mode=auto`` on the run's checkpoint dir, which Snakemake does not own), a check after
 the driver exits that the last checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
-could run 0 steps and exit 0), and the done-file written atomically. On a multi-node run inside Slurm the
-driver runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers, node/GPU checks, teardown).
+could run 0 steps and exit 0), and the done-file written atomically. Inside a Slurm job (any number of
+nodes, GPU or CPU platform) the driver runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers,
+node/GPU checks, teardown; :func:`ray_slurm_command`).
 A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b.yaml`` (trainer mode
 ``envace_per_role_sync``, two policies; see :mod:`envace.verl_ext.per_role_trainer`); the Ray cluster
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
 cannot be split evenly exits 2 with the reason.
-Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the driver
-itself needs GPUs.
+Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the whole
+driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py), and under Slurm through the Ray
+launcher on one node (``make smoke-slurm``, tests/slurm). Multi-node Ray needs a real cluster.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def build_command(
     overrides: Mapping[str, Any] | None = None,
     data: str | None = None,
 ) -> list[str]:
-    """argv of the verl driver for ``run``; multi-node runs inside Slurm go through the Ray launcher.
+    """argv of the verl driver for ``run``; inside a Slurm job it goes through the Ray launcher
+    (:func:`ray_slurm_command`).
 
     ``overrides``: Hydra overrides known only at launch (e.g. the simulator server's URL), appended last.
     """
@@ -62,18 +65,33 @@ def build_command(
         f"hydra.run.dir={checkpoint_dir}/hydra",  # Hydra's run folder (resolved config), not ./outputs
         *extra,
     ]
-    if int(spec["nodes"]) > 1 and os.environ.get("SLURM_JOB_ID"):
-        argv = [
-            "bash",
-            str(SLURM_SCRIPT),
-            "--gpus-per-node",
-            str(spec["gpus_per_node"]),
-            "--nodes",
-            str(spec["nodes"]),
-            "--",
-            *argv,
-        ]
+    if os.environ.get("SLURM_JOB_ID"):
+        argv = ray_slurm_command(argv, spec)
     return argv
+
+
+#: Overrides the driver must not pass to ``ray.init`` once it joins the launcher's cluster (Ray refuses
+#: ``num_cpus`` / ``num_gpus`` when connecting to a running cluster); the launcher's ``ray start`` gets
+#: their values instead. Set by the CPU platform's overrides (``compose.run_overrides``).
+RAY_INIT_OVERRIDES = ("ray_kwargs.ray_init.num_cpus=", "+ray_kwargs.ray_init.num_gpus=")
+
+
+def ray_slurm_command(driver: list[str], spec: Mapping[str, Any]) -> list[str]:
+    """``driver`` under ``scripts/ray_slurm_launch.sh``: every run inside a Slurm job, at both scales.
+
+    The launcher starts a Ray head (and one Ray node per further allocated node) with the run's GPUs
+    per node, checks that Ray sees them, runs the driver with ``RAY_ADDRESS`` and stops Ray on exit.
+    On the CPU platform (``gpus_per_node: 0``) one node offers the fake GPUs and the logical CPUs the
+    CPU overrides asked ``ray.init`` for.
+    """
+    given = {k: a[len(k):] for a in driver for k in RAY_INIT_OVERRIDES if a.startswith(k)}
+    driver = [a for a in driver if not a.startswith(RAY_INIT_OVERRIDES)]
+    cpu = int(spec["gpus_per_node"]) == 0
+    gpus = given.get(RAY_INIT_OVERRIDES[1], "1") if cpu else str(spec["gpus_per_node"])
+    cpus = ["--num-cpus", given[RAY_INIT_OVERRIDES[0]]] if RAY_INIT_OVERRIDES[0] in given else []
+    nodes = "1" if cpu else str(spec["nodes"])
+    return ["bash", str(SLURM_SCRIPT), "--nodes", nodes, "--gpus-per-node", gpus, *cpus,
+            "--python", sys.executable, "--", *driver]
 
 
 def _absolute_paths(cfg: Mapping[str, Any], run: str) -> Mapping[str, Any]:
@@ -96,7 +114,8 @@ def build_env(
     """The driver's environment (Ray workers inherit it).
 
     ``VERL_USE_EXTERNAL_MODULES`` gains ``envace.verl_ext.register`` (and, on the CPU platform, first
-    ``envace.verl_ext.cpu.platform``); with ``cfg``/``run``: ``ENVACE_REWARD`` from ``training.reward``
+    ``envace.verl_ext.cpu.platform``); with ``cfg``/``run``: ``ENVACE_REWARD`` from ``training.reward``,
+    ``ENVACE_REWARD_RULES`` from ``training.reward_rules`` (:func:`envace.reward.reward_rules_env`)
     and, for a CPU run (``gpus_per_node: 0``), :func:`envace.verl_ext.cpu.cpu_env`.
     """
     env = dict(os.environ if base is None else base)
@@ -106,7 +125,10 @@ def build_env(
     mods = [m for m in mods if m not in wanted]
     env["VERL_USE_EXTERNAL_MODULES"] = ",".join(mods + wanted)
     if cfg is not None:
+        from envace.reward import reward_rules_env
+
         env["ENVACE_REWARD"] = str(cfg["training"].get("reward", "checklist"))
+        env.update(reward_rules_env(cfg))  # training.reward_rules for the reward workers
     if cpu:
         from envace.verl_ext.cpu import cpu_env
 
@@ -240,6 +262,7 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
     """Run verl training for ``run``; returns the exit status (non-zero if the step did not advance)."""
     try:
         build_command(cfg, run, checkpoint_dir, data=data)
+        build_env(cfg=cfg, run=run)  # e.g. a reward rule the verl path does not implement
         service_models(cfg, run)
     except ValueError as exc:  # e.g. a per-role run whose GPUs cannot be split between its two policies
         print(f"envace train: run {run}: {exc}", file=sys.stderr)

@@ -25,15 +25,28 @@ def test_hand_computed_two_groups_and_missing_role() -> None:
     roles = ["act", "act", "rehearse", "act", "act", "act"]
     rewards = [0.2, 0.6, 0.9, 1.0, 0.0, 0.5]
     adv = role_wise_grpo(uids, roles, rewards)
-    # ("a","rehearse") has a single row -> 0; "b" has no rehearse rows at all.
-    np.testing.assert_allclose(adv, [-0.2, 0.2, 0.0, 0.5, -0.5, 0.0])
+    # ("a","rehearse") has a single row -> A = R = 0.9 (verl GRPO: mean 0, std 1); "b" has no rehearse rows.
+    np.testing.assert_allclose(adv, [-0.2, 0.2, 0.9, 0.5, -0.5, 0.0])
+    old = role_wise_grpo(uids, roles, rewards, singleton="zero")  # ours before: the singleton gets 0
+    np.testing.assert_allclose(old, [-0.2, 0.2, 0.0, 0.5, -0.5, 0.0])
+
+
+def test_one_row_group_gets_its_reward() -> None:
+    # Hand-computed: ("u","rehearse") holds one row with R=0.7 -> A = 0.7 - 0 = 0.7; the ACT pair 1.0/0.0
+    # has mean 0.5 -> +-0.5. verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage gives the same.
+    adv = role_wise_grpo(["u", "u", "u"], ["act", "act", "rehearse"], [1.0, 0.0, 0.7])
+    np.testing.assert_allclose(adv, [0.5, -0.5, 0.7])
+    np.testing.assert_allclose(role_wise_grpo(["u"], ["act"], [-0.1]), [-0.1])
+    with pytest.raises(ValueError, match="singleton"):
+        role_wise_grpo(["u"], ["act"], [1.0], singleton="mean")
 
 
 def test_norm_by_std() -> None:
     adv = role_wise_grpo([0, 0, 0, 0], ["act"] * 4, [1.0, 0.0, 1.0, 0.0], norm_by_std=True, eps=0.0)
     np.testing.assert_allclose(adv, [1.0, -1.0, 1.0, -1.0])
     single = role_wise_grpo([0], ["act"], [3.0], norm_by_std=True)
-    np.testing.assert_allclose(single, [0.0])
+    np.testing.assert_allclose(single, [3.0 / (1 + 1e-6)])  # verl: (R - 0) / (1 + eps)
+    np.testing.assert_allclose(role_wise_grpo([0], ["act"], [3.0], norm_by_std=True, singleton="zero"), [0.0])
     constant = role_wise_grpo([0, 0], ["act", "act"], [0.5, 0.5], norm_by_std=True)
     np.testing.assert_allclose(constant, [0.0, 0.0])
 
@@ -59,14 +72,14 @@ def test_rejects_bad_input(uids, roles, rewards, match) -> None:
 
 
 def _std_grpo(uids: list[int], rewards: list[float]) -> np.ndarray:
-    """Reference standard GRPO (loop version) for the property tests."""
+    """Reference standard GRPO (loop version of verl's, no std) for the property tests: a one-score
+    group has mean 0."""
     out = np.zeros(len(rewards))
     for u in set(uids):
         idx = [i for i, x in enumerate(uids) if x == u]
-        if len(idx) > 1:
-            mean = np.mean([rewards[i] for i in idx])
-            for i in idx:
-                out[i] = rewards[i] - mean
+        mean = np.mean([rewards[i] for i in idx]) if len(idx) > 1 else 0.0
+        for i in idx:
+            out[i] = rewards[i] - mean
     return out
 
 

@@ -115,7 +115,8 @@ def test_act_parse_error_terminates(tokenizer, scripted) -> None:
     ],
 )
 def test_precheck_error_codes_skip_rehearsal(tokenizer, scripted, act_text, precheck, code) -> None:
-    config = RolloutConfig(precheck=precheck, on_act_parse_error="observe")
+    config = RolloutConfig(precheck=precheck, on_act_parse_error="observe",
+                           terminate_on_rehearsal_error=False)  # ours before; the default ends it
     backend = scripted([act_text, "Sorry."])
     traj = roll(backend, tokenizer, config)
     assert traj.termination == Termination.FINAL_ANSWER
@@ -128,7 +129,8 @@ def test_model_error_codes_faithful(tokenizer, scripted, code) -> None:
     act = "<tool_call>{broken" if code == "INVALID_TOOL_CALL_FORMAT" else CALL
     reply = f'<execution_result>{{"error": "{code}", "message": "m"}}</execution_result>'
     backend = scripted([act, reply, "Sorry."])
-    traj = roll(backend, tokenizer, RolloutConfig(on_act_parse_error="observe"))
+    old = RolloutConfig(on_act_parse_error="observe", terminate_on_rehearsal_error=False)  # ours before
+    traj = roll(backend, tokenizer, old)
     assert traj.termination == Termination.FINAL_ANSWER
     assert observations(traj) == [{"error": code, "message": "m"}]
     if code == "INVALID_TOOL_CALL_FORMAT":
@@ -290,3 +292,108 @@ def test_incremental_context_equals_full_render(tokenizer, turns) -> None:
         messages += [assistant_message(preamble, calls), *new]
     full = render_chat(tokenizer, messages, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True)
     assert ctx.ids == full
+
+
+# ---------------------------------------------------------------- issue 12: the authors' episode rules
+ERROR_REPLY = '<execution_result>{"error": "INVALID_PARAMETERS", "message": "m"}</execution_result>'
+
+
+def test_rehearsal_error_ends_the_episode_by_default(tokenizer, scripted) -> None:
+    traj = roll(scripted([CALL, ERROR_REPLY]), tokenizer)  # default config
+    assert traj.termination == Termination.REHEARSAL_ERROR and traj.num_turns == 1
+    assert observations(traj) == [{"error": "INVALID_PARAMETERS", "message": "m"}]
+    # a precheck's error ends it too (the authors' harness-side schema checks do)
+    nope = render_tool_call(ToolCall("nope", {}))
+    pre = roll(scripted([nope]), tokenizer, RolloutConfig(precheck="schema"))
+    assert pre.termination == Termination.REHEARSAL_ERROR and [g.role for g in pre.generations] == ["act"]
+    # the old value: observed, ACT goes on
+    old = roll(scripted([CALL, ERROR_REPLY, "Sorry."]), tokenizer,
+               RolloutConfig(terminate_on_rehearsal_error=False))
+    assert old.termination == Termination.FINAL_ANSWER and old.num_turns == 2
+
+
+def test_two_user_turn_example_replays_the_second_turn(tokenizer, scripted) -> None:
+    # user turn 0: call, result, answer; user turn 1 (replayed): answer. 3 ACT turns in all.
+    backend = scripted([CALL, RESULT, "It is 4 degrees.", "You are welcome."])
+    traj = roll(backend, tokenizer, user_turns=["Thanks!"])
+    assert traj.termination == Termination.FINAL_ANSWER and traj.final_answer == "You are welcome."
+    assert traj.num_turns == 3 and traj.user_turns == 2
+    assert [m["role"] for m in traj.messages] == ["system", "user", "assistant", "tool", "assistant", "user",
+                                                  "assistant"]
+    assert traj.messages[5] == {"role": "user", "content": "Thanks!"}
+    assert [(g.role, g.turn, g.user_turn) for g in traj.generations] == [
+        ("act", 0, 0), ("rehearse", 0, 0), ("act", 1, 0), ("act", 2, 1)]
+    # the last ACT prompt is the chat template's own rendering of the whole dialogue so far
+    last = traj.generations[-1]
+    assert last.prompt_ids == render_chat(tokenizer, traj.messages[:6], [WEATHER_TOOL],
+                                          add_generation_prompt=True, tokenize=True)
+    assert [r for r, _ in traj.act_segments] == [TokenRole.PROMPT, TokenRole.ACT, TokenRole.OBSERVATION,
+                                                 TokenRole.ACT, TokenRole.OBSERVATION, TokenRole.ACT]
+    assert "Thanks!" in tokenizer.decode(traj.act_ids[: last.prompt_len])
+    # the old value (and no user_turns): the episode ends at the first final answer
+    for kwargs, cfg in (({"user_turns": ["Thanks!"]}, RolloutConfig(replay_user_turns=False)), ({}, None),
+                        ({"user_turns": []}, None)):
+        single = roll(scripted([CALL, RESULT, "It is 4 degrees."]), tokenizer, cfg, **kwargs)
+        assert single.termination == Termination.FINAL_ANSWER and single.num_turns == 2
+        assert single.user_turns == 1
+
+
+def test_replay_counts_max_turns_over_the_dialogue(tokenizer, scripted) -> None:
+    # max_turns=2: turn 0 answers user turn 0, turn 1 answers user turn 1; user turn 2 is never injected.
+    traj = roll(scripted(["A.", "B."]), tokenizer, RolloutConfig(max_turns=2), user_turns=["u1", "u2"])
+    assert traj.termination == Termination.MAX_TURNS and traj.num_turns == 2 and traj.user_turns == 2
+    assert [m["content"] for m in traj.messages if m["role"] == "user"][1:] == ["u1"]
+    capped = roll(scripted(["A."]), tokenizer, RolloutConfig(max_user_turns=1), user_turns=["u1"])
+    assert capped.termination == Termination.MAX_TURNS and capped.num_turns == 1
+
+
+def test_continue_dialogue_hook(tokenizer, scripted) -> None:
+    asked = []
+
+    async def gate(messages, user_turn):
+        asked.append((len(messages), user_turn))
+        return False
+
+    traj = asyncio.run(run_rollout(scripted(["A."]), tokenizer, TASK, [WEATHER_TOOL], None, user_turns=["u1"],
+                                   continue_dialogue=gate))
+    assert traj.termination == Termination.DIALOGUE_STOPPED and asked == [(3, 0)]
+
+
+def test_replayed_turn_reaches_a_later_first_rehearsal(tokenizer, scripted) -> None:
+    backend = scripted(["A.", CALL, RESULT, "Done."])
+    traj = roll(backend, tokenizer, user_turns=["And in Bergen-XYZ?"])
+    assert traj.termination == Termination.FINAL_ANSWER and traj.user_turns == 2
+    reh = next(g for g in traj.generations if g.role == "rehearse")
+    assert "Bergen-XYZ" in tokenizer.decode(reh.prompt_ids)
+
+
+def test_per_generation_context_budget(tokenizer, scripted) -> None:
+    """The authors' budget: each generation from a context of <= max_prompt_tokens, each up to
+    max_response_tokens; ours ('episode'): the initial prompt + max_response_tokens in all."""
+    prompt_len = len(render_chat(tokenizer, TASK, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True))
+    call_len = len(tokenizer.encode(CALL)) + 1
+    texts = [CALL, RESULT, CALL, RESULT, "Done."]
+    cfg = RolloutConfig(context_budget="per_generation", max_prompt_tokens=10**6,
+                        max_response_tokens=call_len)
+    backend = scripted(list(texts))
+    traj = roll(backend, tokenizer, cfg)
+    assert traj.termination == Termination.FINAL_ANSWER and traj.num_turns == 3
+    assert [p["max_tokens"] for p in backend.params[::2]] == [call_len] * 3  # never reduced by what was used
+    assert len(traj.act_ids) > prompt_len + call_len  # more than the 'episode' budget allows
+    episode = roll(scripted(list(texts)), tokenizer, RolloutConfig(max_prompt_tokens=10**6,
+                                                                    max_response_tokens=call_len))
+    assert episode.termination == Termination.CONTEXT_LIMIT and episode.num_turns == 1
+
+    # the context of the second ACT turn is over max_prompt_tokens: no second generation
+    second_len = traj.generations[2].prompt_len
+    tight = roll(scripted(list(texts)), tokenizer, RolloutConfig(context_budget="per_generation",
+                                                                 max_prompt_tokens=second_len - 1))
+    assert tight.termination == Termination.CONTEXT_LIMIT and tight.num_turns == 1
+    assert [g.role for g in tight.generations] == ["act", "rehearse"]
+
+    # a generation cut at max_response_tokens is parsed like any other (here: a final answer)
+    cut = roll(scripted(["x" * 200]), tokenizer, RolloutConfig(context_budget="per_generation",
+                                                               max_response_tokens=10))
+    assert cut.termination == Termination.FINAL_ANSWER and len(cut.generations[0].response_ids) == 10
+    with pytest.raises(ValueError, match="context_budget"):
+        roll(scripted(["A."]), tokenizer, RolloutConfig(context_budget="total"))  # type: ignore[arg-type]

@@ -72,7 +72,7 @@ def test_arguments_as_json_string_and_missing() -> None:
         ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', ParseError.ARGUMENTS_NOT_OBJECT),
         ('<tool_call>{"name": "f", "arguments": "[1]"}</tool_call>', ParseError.ARGUMENTS_NOT_OBJECT),
         ('<tool_call>{"name": "f", "arguments": "{bad"}</tool_call>', ParseError.ARGUMENTS_NOT_OBJECT),
-        ('<tool_call>{"name": "f", "parameters": {}}</tool_call>', ParseError.UNEXPECTED_KEY),
+        ('<tool_call>{"name": "f", "params": {}}</tool_call>', ParseError.UNEXPECTED_KEY),
         ("   ", ParseError.EMPTY_OUTPUT),
         ("<think>only thinking</think>", ParseError.EMPTY_OUTPUT),
     ],
@@ -80,6 +80,21 @@ def test_arguments_as_json_string_and_missing() -> None:
 def test_error_codes(text: str, code: ParseError) -> None:
     out = parse_tool_calls(text)
     assert out == ParsedOutput(error=code)
+
+
+def test_parameters_key_is_accepted_by_default() -> None:
+    """Authors' tool_parser.py: "parameters" is the arguments key (before "arguments"); off: an error."""
+    out = parse_tool_calls('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>')
+    assert out.error is None and out.calls == [ToolCall("f", {"a": 1})]
+    both = parse_tool_calls('<tool_call>{"name": "f", "parameters": {"a": 1}, "arguments": {"b": 2}}'
+                            "</tool_call>")
+    assert both.calls == [ToolCall("f", {"a": 1})]
+    as_string = parse_tool_calls('<tool_call>{"name": "f", "parameters": "{\\"a\\": 1}"}</tool_call>')
+    assert as_string.calls == [ToolCall("f", {"a": 1})]
+    null = parse_tool_calls('<tool_call>{"name": "f", "parameters": null, "arguments": {"b": 2}}</tool_call>')
+    assert null.calls == [ToolCall("f", {"b": 2})]
+    old = parse_tool_calls('<tool_call>{"name": "f", "parameters": {}}</tool_call>', parameters_key=False)
+    assert old == ParsedOutput(error=ParseError.UNEXPECTED_KEY)
 
 
 def test_first_error_wins_no_partial_parse() -> None:

@@ -2,8 +2,9 @@
 
 Covers ``tests/data/example_config.yaml``: every Table 1/2 model x benchmark with 2 seeds (Avg@2),
 3 tasks per split (tau2 with 2 samples per task and run), the step-2 checkpoint of ``envace_8b`` and all
-13 test-time-scaling settings (1 seed). Outcomes are Bernoulli draws (fractions for VitaBench and
-FinMCP) around a per-model skill; each file's generator is seeded from its path, so the files do not
+13 test-time-scaling settings (1 seed). Outcomes are Bernoulli draws (fractions for VitaBench; for
+FinMCP tool-name counts TP/FP/FN in ``extra`` with tp/tr/tf1 derived from them) around a per-model
+skill; each file's generator is seeded from its path, so the files do not
 depend on generation order. Deliberately absent: ``scaleenv_8b`` on bfcl_v4, bfcl_v4's ``web_search_base``
 split, and ``envace_8b-step0004``. One sample (envace_1p7b, tau2, seed 1, airline_0, sample 0) is a
 failure.
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from envace.bench.finmcp import sample_metrics
 from envace.config import checkpoint_model_id, eval_hash, evaluation_pairs, load_config, tts_hash
 from envace.results import eval_path, tts_path, write_results
 
@@ -147,9 +149,13 @@ def _lines(cfg: dict[str, Any], name: str, bench: str, seed: int) -> list[dict[s
             task = f"{split}_{i}"
             for sample in range(SAMPLES.get(bench, 1)):
                 subscores: dict[str, float] = {}
-                if bench == "finmcp":
-                    tp, tr = (round(float(x), 2) for x in np.clip(rng.normal(skill, 0.2, 2), 0.05, 1.0))
-                    subscores = {"tp": tp, "tr": tr, "tf1": round(2 * tp * tr / (tp + tr), 4)}
+                counts: dict[str, int] = {}
+                if bench == "finmcp":  # tool-name counts (envace.bench.finmcp), metrics derived from them
+                    gold, pred = (int(x) for x in rng.integers(1, 7, size=2))
+                    hit = int(rng.binomial(min(gold, pred), skill))
+                    counts = {"TP": hit, "FP": pred - hit, "FN": gold - hit}
+                    subscores = sample_metrics(["t"] * hit + ["p"] * (pred - hit),
+                                               ["t"] * hit + ["g"] * (gold - hit))
                     score = subscores["tf1"]
                 elif bench == "vitabench":
                     score = round(float(np.clip(rng.normal(skill, 0.25), 0.0, 1.0)), 2)
@@ -167,6 +173,7 @@ def _lines(cfg: dict[str, Any], name: str, bench: str, seed: int) -> list[dict[s
                         "subscores": subscores,
                         "status": "failed" if failed else "ok",
                         "reason": "timeout" if failed else None,
+                        **({"extra": counts} if counts else {}),
                     }
                 )
                 if tts is not None:

@@ -39,6 +39,16 @@ def hand_mean(kind: str, name: str, bench: str, seeds: list[int], metric: str = 
     return {split: 100 * sum(v) / len(v) for split, v in splits.items()}
 
 
+def hand_micro(name: str, bench: str, seeds: list[int]) -> dict[str, float]:
+    """FinMCP micro TP / TR / TF1 (percent): counts summed over every sample of every seed."""
+    tp = fp = fn = 0
+    for seed in seeds:
+        for line in example_lines("eval", name, bench, seed):
+            tp, fp, fn = tp + line["extra"]["TP"], fp + line["extra"]["FP"], fn + line["extra"]["FN"]
+    p, r = tp / (tp + fp), tp / (tp + fn)
+    return {"tp": 100 * p, "tr": 100 * r, "tf1": 100 * 2 * p * r / (p + r)}
+
+
 def read_csv(path: Path) -> pd.DataFrame:
     return pd.read_csv(path, comment="#").set_index("label")
 
@@ -79,9 +89,17 @@ def test_table1_missing_cells_are_marked(table_dir: Path) -> None:
 
 def test_table2_and_table3_values(table_dir: Path) -> None:
     t2 = read_csv(table_dir / "table2.csv")
-    assert t2.loc["EnvACE-8B", "tp"] == pytest.approx(
-        hand_mean("eval", "envace_8b", "finmcp", [0, 1], "tp")["all"]
-    )
+    micro = hand_micro("envace_8b", "finmcp", [0, 1])  # the paper's definition, the table's columns
+    for metric in ("tp", "tr", "tf1"):
+        assert t2.loc["EnvACE-8B", metric] == pytest.approx(micro[metric])
+        assert t2.loc["EnvACE-8B", f"{metric}_macro"] == pytest.approx(
+            hand_mean("eval", "envace_8b", "finmcp", [0, 1], metric)["all"]
+        )
+        row = t2.loc["EnvACE-8B"]
+        assert row[f"{metric}_ci_low"] <= micro[metric] <= row[f"{metric}_ci_high"]
+    assert micro["tf1"] != pytest.approx(t2.loc["EnvACE-8B", "tf1_macro"])
+    md = (table_dir / "table2.md").read_text()
+    assert "micro averages" in md and "tf1_macro" in md
     t3 = read_csv(table_dir / "table3.csv").set_index("row")
     tau2 = hand_mean("tts", "parallel_n2_envace", "tau2", [0])
     assert t3.loc["parallel_envace", "tau2"] == pytest.approx((tau2["airline"] + tau2["retail"]) / 2)
@@ -104,7 +122,14 @@ def test_aggregate_summary(tmp_path: Path) -> None:
     assert s["provenance"]["manifests"][0]["git_commit"].endswith("example")
     fin = tmp_path / "fin.json"
     assert run_cli(["aggregate", *BASE, "--model", "awm_8b", "--benchmark", "finmcp", "--out", str(fin)]) == 0
-    assert set(json.loads(fin.read_text())["metrics"]) == {"tp", "tr", "tf1"}
+    fs = json.loads(fin.read_text())
+    assert set(fs["metrics"]) == {"tp", "tr", "tf1"}
+    assert fs["value"] == pytest.approx(hand_micro("awm_8b", "finmcp", [0, 1])["tf1"])
+    tf1 = fs["metrics"]["tf1"]
+    assert tf1["average"] == "micro" and tf1["macro"]["point"] == pytest.approx(
+        hand_mean("eval", "awm_8b", "finmcp", [0, 1], "tf1")["all"]
+    )
+    assert tf1["ci_low"] <= tf1["point"] <= tf1["ci_high"]
     assert (
         run_cli(["aggregate", *BASE, "--model", "scaleenv_8b", "--benchmark", "bfcl_v4", "--out", str(fin)])
         == 1

@@ -14,6 +14,7 @@ from envace.reward import (
     EMPTY_RESPONSE_REWARD,
     ChecklistJudge,
     JudgeConfig,
+    RewardRules,
     checklist_reward,
     parse_verdict,
     reference_match_reward,
@@ -95,11 +96,13 @@ def test_episode_is_mean_over_turns():
 
 
 def test_empty_response_gets_minus_point_one_without_judge():
+    """empty_response_penalty="episode" (ours before; the per-row default is in test_reward_rules.py)."""
     judge, completions = _judge(_by_rule)
-    res = checklist_reward([USER, {"role": "assistant", "content": "  "}], [ITEMS], judge)
+    episode = RewardRules(empty_response_penalty="episode")
+    res = checklist_reward([USER, {"role": "assistant", "content": "  "}], [ITEMS], judge, episode)
     assert res.reward == EMPTY_RESPONSE_REWARD == -0.1
     assert completions.calls == 0
-    assert reference_match_reward([USER, {"role": "assistant", "content": ""}], []).reward == -0.1
+    assert reference_match_reward([USER, {"role": "assistant", "content": ""}], [], episode).reward == -0.1
 
 
 def test_verdict_cache_avoids_repeated_calls():

@@ -100,7 +100,8 @@ def test_role_wise_advantage_through_verl_compute_advantage():
     adv = out.batch["advantages"]
     for i in range(len(rows)):
         same = [j for j in range(len(rows)) if uids[j] == uids[i] and roles[j] == roles[i]]
-        expected = 0.0 if len(same) == 1 else rewards[i] - np.mean([rewards[j] for j in same])
+        # a one-row group: A = R (verl's GRPO: mean 0, std 1; the default singleton rule)
+        expected = rewards[i] if len(same) == 1 else rewards[i] - np.mean([rewards[j] for j in same])
         assert torch.allclose(adv[i], torch.full_like(adv[i], expected) * mask[i], atol=1e-6)
 
 
@@ -156,3 +157,93 @@ def test_rollout_settings_reach_the_loop_from_verl_config():
     assert cfg.terminate_on_rehearsal_malformed is False and cfg.terminate_on_rehearsal_error is True
     assert cfg.template_kwargs == {"enable_thinking": False}
     assert cfg.act_sampling == {"temperature": 0.5, "max_tokens": 50}
+
+
+def test_episode_rule_defaults_and_switches_from_verl_config():
+    """The authors' rules by default (no key in the envace section); the old values one key away."""
+    from types import SimpleNamespace
+
+    from envace.verl_ext.agent_loop import rollout_config_from
+
+    rollout = SimpleNamespace(prompt_length=100, response_length=50)
+    cfg = rollout_config_from({}, rollout, {})
+    assert cfg.terminate_on_rehearsal_error is True and cfg.replay_user_turns is True
+    assert cfg.context_budget == "per_generation"
+    assert (cfg.max_prompt_tokens, cfg.max_response_tokens, cfg.act_sampling["max_tokens"]) == (100, 50, 50)
+    old = rollout_config_from({"terminate_on_rehearsal_error": False, "replay_user_turns": False,
+                               "context_budget": "episode"}, rollout, {})
+    assert old.terminate_on_rehearsal_error is False and old.replay_user_turns is False
+    assert old.context_budget == "episode"
+
+
+class ScriptedServerManager:
+    """verl's server-manager interface replying with scripted texts (tiny tokenizer)."""
+
+    def __init__(self, tokenizer, texts):
+        self.tokenizer, self.texts, self.prompts = tokenizer, list(texts), []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        self.prompts.append(list(prompt_ids))
+        ids = self.tokenizer.encode(self.texts.pop(0), add_special_tokens=False)
+        ids = ids[: sampling_params["max_tokens"]]
+        ids.append(self.tokenizer.eos_token_id)
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+def _scripted_loop(texts, section=None):
+    from types import SimpleNamespace
+
+    from envace.tiny_model import build_tiny_tokenizer
+    from envace.verl_ext.agent_loop import EnvaceAgentLoop
+
+    tok = build_tiny_tokenizer()
+    loop = object.__new__(EnvaceAgentLoop)  # AgentLoopBase.__init__ needs a running verl worker
+    loop.envace_cfg = dict(section or {})
+    loop.rollout_config = SimpleNamespace(prompt_length=4096, response_length=256)
+    loop.tokenizer = tok
+    loop.server_manager = ScriptedServerManager(tok, texts)
+    seen = {}
+
+    def reward(data_source, solution_str, ground_truth, extra_info):
+        seen.update(extra_info)
+        return 1.0
+
+    loop._reward_fn = reward
+    return loop, seen
+
+
+def test_agent_loop_replays_the_rows_user_turns():
+    """A two-user-turn row (extra_info["user_turns"], a JSON string as the parquet holds it): the second
+    user turn is replayed after the first final answer; the reward sees the termination reason."""
+    import json
+
+    search = '<tool_call>\n{"name": "search", "arguments": {"query": "paris"}}\n</tool_call>'
+    texts = [search, '<execution_result>{"t": 18}</execution_result>', "18 degrees.", "Bye."]
+    loop, seen = _scripted_loop(texts)
+    extra = {"tools": json.dumps(TOOLS), "user_turns": json.dumps(["And tomorrow?"])}
+    outs = asyncio.run(loop.run({"temperature": 1.0}, raw_prompt=MESSAGES, extra_info=extra))
+    assert [(o.extra_fields["envace_role"], o.extra_fields["envace_user_turn"]) for o in outs] == [
+        ("act", 0), ("rehearse", 0), ("act", 0), ("act", 1)]
+    assert "And tomorrow?" in loop.tokenizer.decode(outs[-1].prompt_ids)
+    assert outs[-1].reward_score == 1.0
+    assert seen["termination"] == "final_answer" and seen["user_turns_played"] == 2 and seen["num_turns"] == 3
+    assert [m["content"] for m in seen["messages"] if m["role"] == "user"] == [MESSAGES[0]["content"],
+                                                                              "And tomorrow?"]
+    # the old value, and rows without the key: one user turn
+    for section, row in (({"replay_user_turns": False}, extra), ({}, {"tools": json.dumps(TOOLS)})):
+        loop, seen = _scripted_loop(texts[:3], section)
+        outs = asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info=row))
+        assert len(outs) == 3 and seen["user_turns_played"] == 1 and seen["termination"] == "final_answer"
+
+
+def test_agent_loop_rehearsal_error_ends_by_default():
+    import json
+
+    search = '<tool_call>\n{"name": "search", "arguments": {"query": "paris"}}\n</tool_call>'
+    error = '<execution_result>{"error": "INVALID_PARAMETERS", "message": "m"}</execution_result>'
+    loop, seen = _scripted_loop([search, error])
+    asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info={"tools": json.dumps(TOOLS)}))
+    assert seen["termination"] == "rehearsal_error"
+    loop, seen = _scripted_loop([search, error, "Sorry."], {"terminate_on_rehearsal_error": False})
+    asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info={"tools": json.dumps(TOOLS)}))
+    assert seen["termination"] == "final_answer"

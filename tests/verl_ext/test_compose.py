@@ -35,7 +35,9 @@ def test_paper_values(composed, run):
     assert ro.prompt_length == 12288 and ro.response_length == 8192  # interpolated from data.*
     assert c.envace.max_turns == 30
     assert a.clip_ratio == pytest.approx(0.2) and a.clip_ratio_c == pytest.approx(3.0)
-    assert a.loss_agg_mode == "token-mean" and a.entropy_coeff == 0
+    assert a.loss_agg_mode == "seq-mean-token-mean" and a.entropy_coeff == 0  # authors' effective loss
+    assert c.envace.terminate_on_rehearsal_error is True and c.envace.replay_user_turns is True
+    assert c.envace.context_budget == "per_generation" and c.algorithm.envace_singleton_advantage == "reward"
     assert ro.temperature == pytest.approx(1.0)
     assert ro.val_kwargs.temperature == pytest.approx(0.6) and ro.val_kwargs.top_p == pytest.approx(0.95)
     assert ro.val_kwargs.n == 4 and ro.val_kwargs.do_sample
@@ -91,6 +93,12 @@ def test_yaml_files_agree_with_config_yaml(run):
     else:
         assert c.trainer.nnodes == r["nodes"] and c.trainer.n_gpus_per_node == r["gpus_per_node"]
     assert c.envace.use_kl_loss == r["kl"]["use_kl_loss"]
+    ep = r["episode"]
+    assert c.actor_rollout_ref.actor.loss_agg_mode == r["loss_agg_mode"]
+    assert c.envace.terminate_on_rehearsal_error == ep["terminate_on_rehearsal_error"]
+    assert c.envace.replay_user_turns == ep["replay_user_turns"]
+    assert c.envace.context_budget == ep["context_budget"]
+    assert c.algorithm.envace_singleton_advantage == ep["singleton_advantage"]
 
 
 def test_kl_switch_reaches_verl():
@@ -103,3 +111,40 @@ def test_kl_switch_reaches_verl():
 def test_unknown_run():
     with pytest.raises(KeyError, match="unknown run"):
         run_overrides(CFG, "nope")
+
+
+def test_episode_switches_reach_verl():
+    """Each episode rule's old value is one config.yaml key away, and reaches the composed config."""
+    cfg = load_config("config/config.yaml")
+    run = cfg["training"]["runs"]["envace_8b"]
+    ov = run_overrides(cfg, "envace_8b")
+    for o in ("envace.terminate_on_rehearsal_error=true", "envace.replay_user_turns=true",
+              "envace.context_budget=per_generation", "algorithm.envace_singleton_advantage=reward",
+              "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"):
+        assert o in ov
+    run["episode"] = {"terminate_on_rehearsal_error": False, "replay_user_turns": False,
+                      "context_budget": "episode", "singleton_advantage": "zero"}
+    run["loss_agg_mode"] = "token-mean"
+    ov = run_overrides(cfg, "envace_8b")
+    for o in ("envace.terminate_on_rehearsal_error=false", "envace.replay_user_turns=false",
+              "envace.context_budget=episode", "algorithm.envace_singleton_advantage=zero",
+              "actor_rollout_ref.actor.loss_agg_mode=token-mean"):
+        assert o in ov
+    c = compose("envace_8b", ov)
+    assert c.envace.terminate_on_rehearsal_error is False and c.envace.replay_user_turns is False
+    assert c.envace.context_budget == "episode" and c.algorithm.envace_singleton_advantage == "zero"
+    assert c.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
+    del run["episode"]  # a run without the block gets the authors' rules
+    assert "envace.context_budget=per_generation" in run_overrides(cfg, "envace_8b")
+
+
+def test_episode_rules_enter_the_training_spec_hash():
+    """The train rule's spec hash is config_hash(training.runs.<run>) (workflow/rules/common.smk
+    run_spec): the episode block lives in the run, so changing a rule changes the hash."""
+    from envace.config import config_hash
+
+    cfg = load_config("config/config.yaml")
+    run = cfg["training"]["runs"]["envace_8b"]
+    before = config_hash(run)
+    run["episode"]["singleton_advantage"] = "zero"
+    assert config_hash(run) != before

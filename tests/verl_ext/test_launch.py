@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,31 @@ def test_command_line(monkeypatch):
     assert f"data.train_files={os.path.abspath(CFG['paths']['data'])}/cm2_train.parquet" in argv
 
 
-def test_multinode_goes_through_slurm_launcher(monkeypatch):
+def test_inside_slurm_every_run_goes_through_the_ray_launcher(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     argv = L.build_command(CFG, "envace_8b", "/ck")
-    assert argv[:2] == ["bash", str(L.SLURM_SCRIPT)] and "--" in argv
-    assert L.build_command(CFG, "envace_1p7b", "/ck")[1] == "-m"  # one node: no Ray launcher
+    sep = argv.index("--")
+    assert argv[:2] == ["bash", str(L.SLURM_SCRIPT)]
+    assert argv[2:sep] == ["--nodes", "2", "--gpus-per-node", "8", "--python", sys.executable]
+    assert argv[sep + 1:sep + 3] == [sys.executable, "-m"]
+    one = L.build_command(CFG, "envace_1p7b", "/ck")
+    assert one[:2] == ["bash", str(L.SLURM_SCRIPT)] and one[one.index("--nodes") + 1] == "1"
+
+
+def test_cpu_run_in_slurm_gives_ray_init_values_to_the_launcher(monkeypatch):
+    """Ray refuses num_cpus/num_gpus in ray.init when joining a running cluster: the CPU platform's
+    values move from the driver's overrides to the launcher's ``ray start``."""
+    smoke = load_config("config/smoke.yaml")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    local = L.build_command(smoke, "per_role_8b", "/ck")
+    assert "+ray_kwargs.ray_init.num_gpus=2" in local and "ray_kwargs.ray_init.num_cpus=32" in local
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    argv = L.build_command(smoke, "per_role_8b", "/ck")
+    sep = argv.index("--")
+    launcher = ["--nodes", "1", "--gpus-per-node", "2", "--num-cpus", "32", "--python", sys.executable]
+    assert argv[2:sep] == launcher
+    assert not [a for a in argv if a.startswith(L.RAY_INIT_OVERRIDES)]
+    assert argv[sep + 1:] == [a for a in local if not a.startswith(L.RAY_INIT_OVERRIDES)]
 
 
 def test_env_adds_external_module():
@@ -170,7 +191,7 @@ def test_slurm_script_dry_run(fake_slurm):
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "ray start --head --node-ip-address=n1" in out and "--num-gpus=8" in out and "--num-cpus=16" in out
-    assert "-w n2 ray start --address=n1:6379" in out
+    assert "srun --overlap --nodes=1 --ntasks=1 -w n2 ray start --address=n1:6379" in out
     assert "+ echo hi" in out and out.count("ray stop --force") == 2
     bad = subprocess.run(
         ["bash", script, "--nodes", "3", "--gpus-per-node", "8", "--dry-run", "--", "true"],

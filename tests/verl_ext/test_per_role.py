@@ -237,7 +237,7 @@ def test_split_dataproto_keeps_role_wise_advantages():
         for j, i in enumerate(idx[role]):
             same = [k for k in range(len(uids)) if uids[k] == uids[i] and roles[k] == role]
             baseline = rewards[same].mean()
-            expected = 0.0 if len(same) == 1 else float(rewards[i] - baseline)
+            expected = float(rewards[i]) if len(same) == 1 else float(rewards[i] - baseline)  # A = R alone
             assert part.batch["advantages"][j, -1].item() == pytest.approx(expected, abs=1e-6)
 
 

@@ -1,0 +1,38 @@
+"""The registered role-wise estimator against verl's own GRPO (one-row groups included)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from envace.verl_ext.advantage import compute_role_wise_advantage, role_group_ids
+
+
+def _batch(rewards: list[float], t: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    mask = torch.ones(len(rewards), t)
+    scores = torch.zeros(len(rewards), t)
+    scores[:, -1] = torch.tensor(rewards)
+    return scores, mask
+
+
+def test_one_row_group_matches_verl_grpo() -> None:
+    # uid u: ACT rows R = 1, 0 (mean 0.5); one REHEARSE row R = 0.7 -> A = 0.7 (verl: mean 0, std 1).
+    ids = role_group_ids(["u", "u", "u"], ["act", "act", "rehearse"])
+    scores, mask = _batch([1.0, 0.0, 0.7])
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
+    adv, _ = compute_role_wise_advantage(scores, mask, index=ids, config=cfg)
+    np.testing.assert_allclose(adv[:, 0].numpy(), [0.5, -0.5, 0.7], atol=1e-6)
+    ref, _ = compute_grpo_outcome_advantage(scores, mask, ids, norm_adv_by_std_in_grpo=False)
+    np.testing.assert_allclose(adv.numpy(), ref.numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("reward", 0.7), ("zero", 0.0)])
+def test_singleton_switch(setting: str, expected: float) -> None:
+    ids = role_group_ids(["u"], ["rehearse"])
+    scores, mask = _batch([0.7])
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": False, "envace_singleton_advantage": setting})
+    adv, _ = compute_role_wise_advantage(scores, mask, index=ids, config=cfg)
+    np.testing.assert_allclose(adv.numpy(), np.full((1, 3), expected), atol=1e-6)
