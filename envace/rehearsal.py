@@ -17,15 +17,23 @@ execution result; errors are the codes ``INVALID_TOOL_CALL_FORMAT``, ``TOOL_NOT_
   :func:`envace.tools.load_model_json` (strict JSON, valid Unicode, bounded nesting), so whatever the
   rehearser writes becomes a result, an error or a malformed outcome.
 
-The rehearsal prompt is ours (``envace/prompts/rehearsal_v1.yaml``). As in the authors' code it is a
-fresh chat, separate from the ACT context: a system instruction (the four steps and the error codes),
-then a user message with the tools, optional reference call/response pairs from the training example
-(privileged: never shown to ACT), the conversation so far and the current call. Unlike a prompt that
-re-serialises the whole history every turn, :class:`RehearsalContext` keeps one growing chat per
-trajectory: each later call is a new user message appended after the model's previous
-``<execution_result>`` reply, so the token prompt for turn t+1 extends the one for turn t (only the new
-part is ever encoded). The previous rehearsal replies *are* the earlier observations; calls answered
-without the model (prechecks, or a different responder) are listed in the next user message.
+The rehearsal prompt is ours (``envace/prompts/rehearsal_v2.yaml``, the default; ``rehearsal_v1`` still
+selectable). As in the authors' code it is a fresh chat, separate from the ACT context: a system
+instruction (the four steps and the error codes), then a user message with the tools, optional reference
+call/response pairs from the training example (privileged: never shown to ACT), the conversation so far
+and the current call. Unlike the authors' simulator prompt, which re-serialises the whole history for
+every call (``envs.py`` ``_build_info``: ``serialize_conversation_history(self.messages[:-1])``),
+:class:`RehearsalContext` keeps one growing chat per trajectory: each later call is a new user message
+appended after the model's previous ``<execution_result>`` reply, so the token prompt for turn t+1
+extends the one for turn t (only the new part is ever encoded). The previous rehearsal replies *are* the
+earlier observations; calls answered without the model (prechecks, or a different responder) are listed
+in the next user message (``notes``); ACT-chat messages the REHEARSE chat has not seen otherwise — a
+final answer and the replayed user turn after it (:meth:`RehearsalContext.observe_messages`) — are
+shown there too (``dialogue``, v2), in the order they happened. So every REHEARSE call sees the whole
+dialogue so far, as the authors' does, replayed user turns included. v1 (no ``dialogue`` field) shows
+such messages only if nothing was rehearsed before them (the first user message's history); v2 renders
+exactly as v1 whenever no such message arrived after the first rehearsal (single-turn episodes,
+evaluation, test-time scaling, fidelity).
 """
 
 from __future__ import annotations
@@ -281,14 +289,25 @@ def _serialize_history(messages: list[dict[str, Any]]) -> str:
 
 
 class RehearsalPrompt:
-    """The versioned rehearsal prompt (``envace/prompts/<name>.yaml``) and its rendering into messages."""
+    """The versioned rehearsal prompt (``envace/prompts/<name>.yaml``) and its rendering into messages.
+
+    ``dialogue`` (optional field, v2): the section listing ACT-chat messages since the last reply;
+    :attr:`sees_dialogue` is whether the prompt has it.
+    """
 
     FIELDS = ("system", "first_user", "references", "next_user", "notes", "call")
+    OPTIONAL = ("dialogue",)
 
-    def __init__(self, name: str = "rehearsal_v1") -> None:
+    def __init__(self, name: str = "rehearsal_v2") -> None:
         data = load_prompt(name, required=self.FIELDS)
         self.version: str = data["version"]
         self.text: dict[str, str] = {key: data[key] for key in self.FIELDS}
+        for key in self.OPTIONAL:
+            if key in data:
+                if not isinstance(data[key], str):
+                    raise ValueError(f"prompt file {name}.yaml: {key} must be a string")
+                self.text[key] = data[key]
+        self.sees_dialogue = "dialogue" in self.text
 
     def system(self) -> str:
         """The system instruction (the four steps and the error codes)."""
@@ -303,12 +322,13 @@ class RehearsalPrompt:
         tools: list[dict[str, Any]],
         references: list[dict[str, Any]],
         history: list[dict[str, Any]],
-        notes: list[tuple[CallCandidate, str]],
+        notes: list[tuple[CallCandidate, str] | dict[str, Any]],
         candidate: CallCandidate,
     ) -> str:
         """The first user message: tools, references (if any), history, notes (if any), first call.
 
         ``references``: items ``{"call": {...}, "response": ...}`` from the training example.
+        ``notes``: as in :meth:`next_user`.
         """
         refs = ""
         if references:
@@ -322,13 +342,32 @@ class RehearsalPrompt:
             call=self.next_user(notes, candidate),
         )
 
-    def next_user(self, notes: list[tuple[CallCandidate, str]], candidate: CallCandidate) -> str:
-        """A later user message: calls answered elsewhere since the last reply (if any), then the call."""
-        notes_text = ""
-        if notes:
-            items = "\n".join(f"{c.call_json()} -> {obs}" for c, obs in notes)
-            notes_text = self.text["notes"].format(items=items) + "\n"
-        return self.text["next_user"].format(notes=notes_text, call=self.call(candidate))
+    def next_user(
+        self, notes: list[tuple[CallCandidate, str] | dict[str, Any]], candidate: CallCandidate
+    ) -> str:
+        """A later user message: what happened since the last reply (if anything), then the call.
+
+        ``notes``: in order, ``(candidate, observation)`` pairs (calls answered elsewhere: the ``notes``
+        section) and chat messages (the ``dialogue`` section; dropped by a prompt without one). Each run of
+        consecutive entries of one kind is one section, so the order of events is kept.
+        """
+        sections: list[tuple[str, list[Any]]] = []
+        for entry in notes:
+            kind = "dialogue" if isinstance(entry, dict) else "notes"
+            if kind == "dialogue" and not self.sees_dialogue:
+                continue
+            if sections and sections[-1][0] == kind:
+                sections[-1][1].append(entry)
+            else:
+                sections.append((kind, [entry]))
+        parts = []
+        for kind, entries in sections:
+            if kind == "notes":
+                items = "\n".join(f"{c.call_json()} -> {obs}" for c, obs in entries)
+                parts.append(self.text["notes"].format(items=items) + "\n")
+            else:
+                parts.append(self.text["dialogue"].format(messages=_serialize_history(entries)) + "\n")
+        return self.text["next_user"].format(notes="".join(parts), call=self.call(candidate))
 
 
 @dataclass
@@ -336,7 +375,9 @@ class RehearsalContext:
     """One trajectory's REHEARSE chat, kept as growing token ids (prefix-stable across turns).
 
     Use: :meth:`prompt_ids` for a call -> generate -> :meth:`record_response` with the generated ids;
-    :meth:`note` for a call answered without this context (it is mentioned in the next user message).
+    :meth:`note` for a call answered without this context (it is mentioned in the next user message);
+    :meth:`observe_messages` for ACT-chat messages this context would not see otherwise (a final answer,
+    a replayed user turn).
 
     Attributes:
         tokens: the :class:`ChatTokens` once the first call was seen (``None`` before).
@@ -349,11 +390,27 @@ class RehearsalContext:
     references: list[dict[str, Any]] = field(default_factory=list)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     tokens: ChatTokens | None = field(default=None, init=False)
-    _notes: list[tuple[CallCandidate, str]] = field(default_factory=list, init=False)
+    _notes: list[tuple[CallCandidate, str] | dict[str, Any]] = field(default_factory=list, init=False)
 
     def note(self, candidate: CallCandidate, observation: str) -> None:
         """Record a call answered without this context."""
         self._notes.append((candidate, observation))
+
+    def observe_messages(self, new: list[dict[str, Any]], dialogue: list[dict[str, Any]]) -> None:
+        """ACT-chat messages ``new`` (e.g. a final answer and the replayed user turn after it) were added;
+        ``dialogue`` is the whole ACT chat now (it ends with ``new``).
+
+        Before the first rehearsal the history of the first user message becomes ``dialogue`` (it holds
+        every call answered so far, so pending notes are dropped with a v2 prompt; v1 kept them). After
+        it, ``new`` is shown in the next user message with a prompt that has a ``dialogue`` section
+        (v2) and dropped without one (v1).
+        """
+        if self.tokens is None:
+            self.history = list(dialogue)
+            if self.prompt.sees_dialogue:
+                self._notes.clear()
+        elif self.prompt.sees_dialogue:
+            self._notes.extend(dict(m) for m in new)
 
     def prompt_ids(self, candidate: CallCandidate) -> list[int]:
         """The full prompt ids for rehearsing ``candidate``, shape ``(L,)``.

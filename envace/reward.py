@@ -41,6 +41,19 @@ Rules where the paper is silent follow the authors' code by default; each has a 
   without a non-empty assistant step gets -0.1 as its reward, without asking the judge (ours before).
 - ``parameters_key`` (``True``, authors' ``tool_parser.py``): acts in the ACT parser,
   :func:`envace.tools.parse_tool_calls` (``parameters`` accepted as the arguments key).
+- ``stop_on_required_failed`` (``True``, authors' ``interaction.py``
+  ``ChecklistInteraction.generate_response`` / ``generate_response_for_single_checklist``, called by
+  ``envs.py`` ``ChecklistEnv`` at the end of every user turn): the judge runs inside the episode, at the
+  end of each user turn that a replayed user turn would follow (:func:`turn_passes_required`; verl:
+  :func:`dialogue_continues`, the rollout's ``continue_dialogue`` hook). The dialogue stops there
+  (``dialogue_stopped``: no later user turn is replayed; with ``checklist_turns`` the turns never
+  reached score 0) if an item marked ``required_for_next_turn`` passed at no step of the turn, or if any
+  judge verdict of the turn failed (after the retries; any item, required or not, whatever
+  ``failure_policy``: the authors stop on an API failure or a malformed verdict). Items scored False
+  without the judge (``auto_false_on_error_tool_call``) count as not passed. The verdicts land in the
+  judge's cache, so the episode reward does not request them again (a failed verdict is remembered for
+  one reuse, :meth:`ChecklistJudge.verdict`). ``reference_match`` has no judge: its dialogue is never
+  stopped by this rule. ``False``: every user turn is replayed (ours before).
 - ``judge_prompt`` (``"checklist_judge_v2"``): v2 shows the fields the authors' judge shows
   (``checklist_reward.py`` ``get_input_prompt_v2``): question, ``focus_on``, pass condition, failure
   examples, the items' ``evidence[].snippet`` s, the earlier turns and the current turn up to the judged
@@ -59,7 +72,8 @@ A malformed reply, a timeout, a connection or HTTP error is retried with exponen
 - ``"drop_sample"``: the episode gets no reward (``None``); the trainer drops its rows.
 
 Verdicts are cached in memory (optionally persisted as JSONL) under the sha256 of (prompt version,
-judge model, rendered messages), so identical steps are judged once. Every call, cache hit, retry,
+judge model, rendered messages), so identical steps are judged once (the in-episode check of
+``stop_on_required_failed`` and the episode reward share them). Every call, cache hit, retry,
 malformed reply, timeout and final failure is counted in :class:`JudgeMetrics`.
 
 verl entry point (:func:`compute_score`, verl's ``custom_reward_function`` signature): used by the verl
@@ -69,7 +83,9 @@ come from the environment of the Ray workers: ``ENVACE_REWARD`` (``checklist`` d
 ``ENVACE_JUDGE_TOP_P``, ``ENVACE_JUDGE_FAILURE_POLICY``, ``ENVACE_JUDGE_MAX_RETRIES``,
 ``ENVACE_JUDGE_TIMEOUT_S``, ``ENVACE_JUDGE_MAX_TOKENS``, ``ENVACE_JUDGE_JSON_SCHEMA`` (all set by
 ``envace train`` from ``training.judge``), ``ENVACE_REWARD_RULES`` (:func:`reward_rules_env`, from
-``training.reward_rules``); one judge client (and verdict cache) per process. ``extra_info`` keys read:
+``training.reward_rules``); one judge client (and verdict cache) per process (per loaded copy of this
+module: the agent loop takes :func:`dialogue_continues` from the module its reward function lives in).
+``extra_info`` keys read:
 ``messages``, ``termination`` (the rollout's :class:`envace.rollout.Termination` value), ``rows`` (per
 training row, in row order, its decoded response text, or a ``{"role", "text"}`` mapping: for the
 per-row empty-response penalty), ``reference_calls``, ``checklists``. Requests
@@ -124,8 +140,10 @@ __all__ = [
     "turn_has_tool_failure",
     "is_empty_response",
     "checklist_reward",
+    "turn_passes_required",
     "reference_match_reward",
     "compute_score",
+    "dialogue_continues",
 ]
 
 EMPTY_RESPONSE_REWARD = -0.1  # authors' code
@@ -155,7 +173,8 @@ class RewardRules:
 
     :meth:`ours` gives the rules this harness used before (``judge_terminated=True``,
     ``zero_turn_on="any_error"``, ``auto_false_on_error_tool_call=False``, ``parameters_key=False``,
-    ``turn_normaliser="reached_turns"``, ``empty_response_penalty="episode"``, ``checklist_judge_v1``).
+    ``turn_normaliser="reached_turns"``, ``empty_response_penalty="episode"``, ``checklist_judge_v1``,
+    ``stop_on_required_failed=False``).
     """
 
     judge_terminated: bool = False
@@ -166,6 +185,7 @@ class RewardRules:
     # authors: per_row; not built on the verl path yet (reward_rules_env refuses it)
     empty_response_penalty: Literal["per_row", "episode"] = "episode"
     judge_prompt: str = "checklist_judge_v2"
+    stop_on_required_failed: bool = True  # authors: a failed required_for_next_turn item ends the dialogue
 
     def __post_init__(self) -> None:
         choices = {"zero_turn_on": ("error_tool_call", "any_error"),
@@ -174,7 +194,8 @@ class RewardRules:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"reward_rules.{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name in ("judge_terminated", "auto_false_on_error_tool_call", "parameters_key"):
+        for name in ("judge_terminated", "auto_false_on_error_tool_call", "parameters_key",
+                     "stop_on_required_failed"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"reward_rules.{name} must be a boolean, got {getattr(self, name)!r}")
 
@@ -183,7 +204,7 @@ class RewardRules:
         """The rules of this harness before issue 12 (every switch at its old value)."""
         return cls(judge_terminated=True, zero_turn_on="any_error", auto_false_on_error_tool_call=False,
                    parameters_key=False, turn_normaliser="reached_turns", empty_response_penalty="episode",
-                   judge_prompt="checklist_judge_v1")
+                   judge_prompt="checklist_judge_v1", stop_on_required_failed=False)
 
     @classmethod
     def from_mapping(cls, values: Any) -> RewardRules:
@@ -358,6 +379,7 @@ class ChecklistJudge:
         self.sleep = sleep
         self.metrics = JudgeMetrics()
         self._cache: dict[str, bool] = {}
+        self._failed: set[str] = set()  # failed verdicts kept for one reuse (remember_failure)
         self._cache_lock = threading.Lock()
         if config.cache_path and Path(config.cache_path).is_file():
             for line in Path(config.cache_path).read_text(encoding="utf-8").splitlines():
@@ -400,8 +422,13 @@ class ChecklistJudge:
                           ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def verdict(self, messages: list[dict[str, str]]) -> bool | None:
-        """One verdict (cached); ``None`` after ``max_retries`` failed retries."""
+    def verdict(self, messages: list[dict[str, str]], remember_failure: bool = False) -> bool | None:
+        """One verdict (cached); ``None`` after ``max_retries`` failed retries.
+
+        ``remember_failure``: a final failure is remembered for one later request of the same chat, which
+        gets ``None`` without new requests (counted as a cache hit, not as another failure): the
+        in-episode check (:func:`turn_passes_required`) hands its failures to the episode reward.
+        """
         import openai
 
         key = self._key(messages)
@@ -409,6 +436,10 @@ class ChecklistJudge:
             if key in self._cache:
                 self.metrics.add(cache_hits=1)
                 return self._cache[key]
+            if key in self._failed:
+                self._failed.discard(key)
+                self.metrics.add(cache_hits=1)
+                return None
         for attempt in range(self.config.max_retries + 1):
             if attempt:
                 self.metrics.add(retries=1)
@@ -435,6 +466,9 @@ class ChecklistJudge:
             self._store(key, passed)
             return passed
         self.metrics.add(failures=1)
+        if remember_failure:
+            with self._cache_lock:
+                self._failed.add(key)
         return None
 
     def _store(self, key: str, passed: bool) -> None:
@@ -444,12 +478,13 @@ class ChecklistJudge:
                 with open(self.config.cache_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"key": key, "passed": passed}) + "\n")
 
-    def judge_many(self, requests: list[list[dict[str, str]]]) -> list[bool | None]:
+    def judge_many(self, requests: list[list[dict[str, str]]], remember_failure: bool = False
+                   ) -> list[bool | None]:
         """Verdicts for many judge chats, ``max_concurrency`` at a time, in order."""
         if len(requests) <= 1 or self.config.max_concurrency <= 1:
-            return [self.verdict(r) for r in requests]
+            return [self.verdict(r, remember_failure) for r in requests]
         with ThreadPoolExecutor(self.config.max_concurrency) as pool:
-            return list(pool.map(self.verdict, requests))
+            return list(pool.map(lambda r: self.verdict(r, remember_failure), requests))
 
 
 @dataclass
@@ -577,6 +612,53 @@ def _terminated_turn(messages: list[dict[str, Any]], n_turns: int, termination: 
     return None if last_turn_answered(messages, termination) else n_turns - 1
 
 
+def _turn_requests(history: list[dict[str, Any]], body: list[dict[str, Any]], items: list[dict[str, Any]],
+                   judge: ChecklistJudge, rules: RewardRules
+                   ) -> tuple[list[tuple[int, int]], list[list[dict[str, str]]], set[int]]:
+    """One user turn's judge work: ``(plan, requests, decided)`` with ``plan[i] = (step, item)`` judged by
+    ``requests[i]``, and ``decided`` the items scored False without the judge at some step (tool-focused
+    items after an error tool call). The same chats for :func:`checklist_reward` and
+    :func:`turn_passes_required`, so their verdicts share the judge's cache."""
+    plan: list[tuple[int, int]] = []
+    requests = []
+    decided: set[int] = set()
+    steps = _steps(body)
+    for s, step in enumerate(steps):
+        prior = history + [m for earlier in steps[:s] for m in earlier]
+        errored = rules.auto_false_on_error_tool_call and any(is_error_tool_call(m) for m in step[1:])
+        for j, item in enumerate(items):
+            if errored and _focus_on(item) in TOOL_FOCUS:
+                decided.add(j)
+                continue
+            plan.append((s, j))
+            requests.append(judge.messages(prior, step, s + 1, item))
+    return plan, requests, decided
+
+
+def turn_passes_required(messages: list[dict[str, Any]], checklists: list[list[dict[str, Any]]],
+                         user_turn: int, judge: ChecklistJudge, rules: RewardRules | None = None) -> bool:
+    """Whether the dialogue may go on after user turn ``user_turn`` (``stop_on_required_failed``, see the
+    module docstring; the authors' ``ChecklistInteraction.generate_response``).
+
+    Judges every (step, item) of that turn (the verdicts the episode reward will need; cached, failures
+    remembered for one reuse) and returns ``False`` if a verdict failed or an item with a true
+    ``required_for_next_turn`` passed at no step. ``True`` without a judge call when the rule is off, or
+    the turn or its checklist does not exist.
+    """
+    rules = rules or RewardRules()
+    turns = split_turns(messages)
+    if not rules.stop_on_required_failed or user_turn >= min(len(turns), len(checklists)):
+        return True
+    history, body = turns[user_turn]
+    items = checklists[user_turn]
+    plan, requests, _decided = _turn_requests(history, body, items, judge, rules)
+    verdicts = judge.judge_many(requests, remember_failure=True)
+    if any(v is None for v in verdicts):
+        return False
+    passed = {j for (_s, j), v in zip(plan, verdicts, strict=True) if v}
+    return all(j in passed for j, item in enumerate(items) if item.get("required_for_next_turn") is True)
+
+
 def checklist_reward(messages: list[dict[str, Any]], checklists: list[list[dict[str, Any]]],
                      judge: ChecklistJudge, rules: RewardRules | None = None,
                      termination: str | None = None) -> RewardResult:
@@ -598,16 +680,10 @@ def checklist_reward(messages: list[dict[str, Any]], checklists: list[list[dict[
     for t, (history, body) in enumerate(turns):
         if t == unjudged:
             continue
-        steps = _steps(body)
-        for s, step in enumerate(steps):
-            prior = history + [m for earlier in steps[:s] for m in earlier]
-            errored = rules.auto_false_on_error_tool_call and any(is_error_tool_call(m) for m in step[1:])
-            for j, item in enumerate(checklists[t]):
-                if errored and _focus_on(item) in TOOL_FOCUS:
-                    decided.add((t, j))
-                    continue
-                plan.append((t, s, j))
-                requests.append(judge.messages(prior, step, s + 1, item))
+        turn_plan, turn_requests, turn_decided = _turn_requests(history, body, checklists[t], judge, rules)
+        plan.extend((t, s, j) for s, j in turn_plan)
+        requests.extend(turn_requests)
+        decided.update((t, j) for j in turn_decided)
     verdicts = judge.judge_many(requests)
     failures = sum(v is None for v in verdicts)
     detail: dict[str, Any] = {"auto_false": len(decided)}
@@ -747,3 +823,21 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if rows is not None:
         out["row_penalties"] = row_penalties(list(rows), rules)
     return out
+
+
+def dialogue_continues(messages: list[dict[str, Any]], user_turn: int, ground_truth: Any,
+                       extra_info: dict[str, Any] | None) -> bool:
+    """verl side of ``stop_on_required_failed``: whether user turn ``user_turn + 1`` is replayed after
+    ``messages`` (the ACT chat ending with the final answer to user turn ``user_turn``). Blocking (judge
+    HTTP calls): the agent loop calls it in a worker thread. ``True`` without a judge for
+    ``ENVACE_REWARD=reference_match`` or with the rule off; else :func:`turn_passes_required` with this
+    process's judge (whose cache :func:`compute_score` then reuses). Checklists as in
+    :func:`compute_score`."""
+    if os.environ.get("ENVACE_REWARD", "checklist") == "reference_match":
+        return True
+    rules = reward_rules_from_env()
+    if not rules.stop_on_required_failed:
+        return True
+    info = extra_info or {}
+    checklists = _decoded(ground_truth) or _decoded(info.get("checklists")) or []
+    return turn_passes_required(messages, checklists, user_turn, _process_judge(), rules)

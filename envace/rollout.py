@@ -24,9 +24,10 @@ Implemented: one trajectory ``tau = (x, a_1, o_1, ..., a_T, o_T)`` for one task.
   turns are exhausted (``FINAL_ANSWER``), or, as the authors, when ``max_turns`` ACT turns or
   ``max_user_turns`` user turns were reached at the end of a user turn (``MAX_TURNS``). The optional
   ``continue_dialogue(messages, user_turn)`` hook may stop it after a user turn (``DIALOGUE_STOPPED``;
-  the authors stop when a checklist item marked ``required_for_next_turn`` failed: a judge-in-the-loop
-  rule this module leaves to its caller). Evaluation never passes ``user_turns`` (its benchmarks have
-  their own user simulators).
+  asked only when a next user turn would follow, after the caps). The authors stop when a checklist
+  item marked ``required_for_next_turn`` failed or a judge call failed: a judge-in-the-loop rule this
+  module leaves to its caller; the verl agent loop wires it to :func:`envace.reward.dialogue_continues`.
+  Evaluation never passes ``user_turns`` (its benchmarks have their own user simulators).
 - Context limits, ``context_budget``:
   ``"per_generation"`` (the authors': ``ChecklistEnv._check_caller_length_or_terminate``, context +
   8k response < 20k): every ACT generation starts from a context of at most ``max_prompt_tokens`` tokens
@@ -46,10 +47,11 @@ recorded in ``messages`` but not appended to the ACT context (nothing is generat
 with ``INVALID_TOOL_CALL_FORMAT`` — by the rehearsing model, or by the harness in ``real`` mode or with a
 precheck. A stop token other than the turn end (e.g. ``<|endoftext|>``) is left in the decoded text.
 ``max_turns`` also caps ACT turns inside a user turn (the authors check their 30-turn cap only after a
-final answer; inside a user turn they are bounded by 200 environment steps). A replayed user turn reaches
-the REHEARSE context only if no call was rehearsed before it (the dialogue so far is its history);
-after that the REHEARSE chat sees the later calls and their caller text, not the new user message (the
-authors re-serialise the whole history for every call).
+final answer; an episode is bounded by their 200 environment steps, ``env.max_steps``). A replayed user
+turn and the final answer before it reach the REHEARSE chat: as its history if nothing was rehearsed
+yet, else in the next REHEARSE user message (``rehearsal_v2``'s ``dialogue`` section; the authors
+re-serialise the whole history into a fresh simulator chat for every call, we keep one growing chat
+that holds the same dialogue). With ``prompt_name="rehearsal_v1"`` (ours before) only the first case.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ class RolloutConfig:
     replay_user_turns: bool = True  # authors: later reference user turns are injected (needs user_turns)
     max_user_turns: int = 30  # authors' script: max_user_turns=30
     context_budget: Literal["per_generation", "episode"] = "episode"  # training sets "per_generation"
-    prompt_name: str = "rehearsal_v1"
+    prompt_name: str = "rehearsal_v2"  # v2: replayed user turns reach every later REHEARSE call
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": False}
 
 
@@ -344,8 +346,8 @@ class _Run:
         delta = self.act.append_messages([user])
         self.segments.append((TokenRole.OBSERVATION, len(delta)))
         self.user_turn += 1
-        if self.rehearse_ctx is not None and self.rehearse_ctx.tokens is None:
-            self.rehearse_ctx.history = list(self.messages)  # not rendered yet: show the dialogue so far
+        if self.rehearse_ctx is not None:  # the final answer and the new user turn reach REHEARSE too
+            self.rehearse_ctx.observe_messages(self.messages[-2:], self.messages)
         return None
 
     async def run(self) -> Trajectory:

@@ -30,31 +30,37 @@ if [[ ${#HOSTS[@]} -ne $NODES ]]; then
 fi
 CPUS="${NCPUS:-${SLURM_CPUS_ON_NODE:-8}}"
 HEAD="${HOSTS[0]}"
-# Ray wants an address, not a host name; a name that does not resolve (tests' fake nodes) is kept
-HEAD_IP=$(getent ahostsv4 "$HEAD" 2>/dev/null | awk 'NR == 1 {print $1}' || true)
-HEAD_IP="${HEAD_IP:-$HEAD}"
 STEP=(srun --overlap --nodes=1 --ntasks=1)
+# `ray start` turns Ray's token authentication on (token in ~/.ray/auth_token, generated if missing;
+# on a cluster the home folder is shared), while ray.init() and `ray status` default to no token:
+# every Ray process of this job (head, workers, checks, the driver and its workers) uses token mode.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+RAY_TMP="${RAY_TMPDIR:-/tmp/ray}"
 run() { if [[ $DRY -eq 1 ]]; then echo "+ $*"; else "$@"; fi; }
 cleanup() { for h in "${HOSTS[@]}"; do run "${STEP[@]}" -w "$h" ray stop --force || true; done; }
 trap cleanup EXIT
-# wait until Ray answers at the head (or RAY_START_TIMEOUT seconds pass)
+# The head's GCS address: Ray binds the node's detected address (not necessarily what the host name
+# resolves to: on the CI machine "vm" is 127.0.0.1 in /etc/hosts, Ray's address 192.0.2.2) and writes it
+# to <ray tmp>/ray_current_cluster on the head, where this batch step runs. Wait until Ray answers there.
+ADDR="$HEAD:$PORT"
 wait_ray() {
   [[ $DRY -eq 1 ]] && return 0
   local deadline=$(( SECONDS + ${RAY_START_TIMEOUT:-180} ))
-  until ray status --address="$HEAD_IP:$PORT" >/dev/null 2>&1; do
-    (( SECONDS < deadline )) || { echo "ray_slurm_launch: Ray did not answer at $HEAD_IP:$PORT" >&2; exit 4; }
+  until [[ -s "$RAY_TMP/ray_current_cluster" ]] && ADDR=$(<"$RAY_TMP/ray_current_cluster") \
+      && [[ "$ADDR" == *":$PORT" ]] && ray status --address="$ADDR" >/dev/null 2>&1; do
+    (( SECONDS < deadline )) || { echo "ray_slurm_launch: the Ray head on $HEAD did not answer" >&2; exit 4; }
     sleep 2
   done
 }
-run "${STEP[@]}" -w "$HEAD" ray start --head --node-ip-address="$HEAD_IP" --port="$PORT" \
-  --num-cpus="$CPUS" --num-gpus="$GPUS" --include-dashboard=false --block &
+run "${STEP[@]}" -w "$HEAD" ray start --head --port="$PORT" --num-cpus="$CPUS" --num-gpus="$GPUS" \
+  --include-dashboard=false --disable-usage-stats --block &
 wait_ray
 for h in "${HOSTS[@]:1}"; do
-  run "${STEP[@]}" -w "$h" ray start --address="$HEAD_IP:$PORT" --num-cpus="$CPUS" \
-    --num-gpus="$GPUS" --block &
+  run "${STEP[@]}" -w "$h" ray start --address="$ADDR" --num-cpus="$CPUS" --num-gpus="$GPUS" \
+    --disable-usage-stats --block &
 done
 (( ${#HOSTS[@]} > 1 )) && sleep "${RAY_START_WAIT:-10}"
-export RAY_ADDRESS="$HEAD_IP:$PORT"
+export RAY_ADDRESS="$ADDR"
 if [[ $DRY -eq 0 ]]; then
   python - "$NODES" "$GPUS" <<'PY'
 import sys, ray

@@ -14,6 +14,12 @@ generation** (one ACT turn or one REHEARSE reply), in generation order:
 - Multi-turn replay: the row's ``extra_info["user_turns"]`` (JSON list of the reference dialogue's later
   user messages; missing or empty = one user turn) is replayed after each final answer
   (``envace.replay_user_turns``, default true, the authors' ``ChecklistEnv``; see :mod:`envace.rollout`).
+  Before each replayed turn the judge may stop the dialogue
+  (``training.reward_rules.stop_on_required_failed``): the rollout's ``continue_dialogue`` hook calls
+  ``dialogue_continues`` of the reward function's own module (:func:`envace.reward.dialogue_continues`,
+  so it shares that module's judge and verdict cache) in a worker thread; only with
+  ``ENVACE_REWARD=checklist`` (``reference_match`` has no judge: never stopped) and a reward module that
+  has it.
 - Context budget (``envace.context_budget``): ``per_generation`` (default, the authors': each generation's
   context may hold ``rollout.prompt_length`` tokens and each generation ``rollout.response_length``;
   verl 0.9.1's v1 worker stores every output as its own unpadded row, so no layout caps a row at the
@@ -66,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import replace
 from typing import Any
 from uuid import uuid4
@@ -357,6 +364,7 @@ class EnvaceAgentLoop(AgentLoopBase):
             policy = ServerManagerBackend(self.server_manager, base)
         if config.mode == Mode.EXTERNAL_SIMULATOR and not per_role:
             simulator, sim_tok = self._simulator()
+        gate = self._dialogue_gate(kwargs, extra) if user_turns and config.replay_user_turns else None
         traj = await run_rollout(
             policy,
             self.tokenizer,
@@ -367,6 +375,7 @@ class EnvaceAgentLoop(AgentLoopBase):
             simulator_tokenizer=sim_tok,
             references=list(references),
             user_turns=user_turns,
+            continue_dialogue=gate,
         )
         reward, reward_info = await asyncio.to_thread(self._reward, traj, kwargs, extra)
         backends = [policy] + ([simulator] if per_role else [])
@@ -376,6 +385,22 @@ class EnvaceAgentLoop(AgentLoopBase):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return trajectory_outputs(traj, reward, train_all=per_role, reward_info=reward_info,
                                   global_steps=steps, pad_token_id=int(pad))
+
+    def _dialogue_gate(self, kwargs: dict[str, Any], extra: dict[str, Any]) -> Any:
+        """The rollout's ``continue_dialogue`` hook: ``dialogue_continues(messages, user_turn, ground_truth,
+        extra_info)`` from the reward function's module (its globals: verl loads a file path as an
+        unregistered module), run in a worker thread; ``None`` (never stopped) without a reward function
+        or such a function, or unless ``ENVACE_REWARD`` is ``checklist``."""
+        fn = getattr(self, "_reward_fn", None)
+        check = getattr(fn, "__globals__", {}).get("dialogue_continues") if fn is not None else None
+        if check is None or os.environ.get("ENVACE_REWARD", "checklist") != "checklist":
+            return None
+        ground_truth = (_plain(kwargs.get("reward_model", {})) or {}).get("ground_truth")
+
+        async def gate(messages: list[dict[str, Any]], user_turn: int) -> bool:
+            return bool(await asyncio.to_thread(check, messages, user_turn, ground_truth, extra))
+
+        return gate
 
     def _reward(
         self, traj: Trajectory, kwargs: dict[str, Any], extra: dict[str, Any]

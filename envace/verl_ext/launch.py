@@ -5,16 +5,17 @@ via ``--config-path/--config-name`` plus overrides from ``config.yaml``), the en
 (``VERL_USE_EXTERNAL_MODULES=envace.verl_ext`` so every Ray process registers our extension), resume
 (``trainer.resume_mode=auto`` on the run's checkpoint dir, which Snakemake does not own), a check after
 the driver exits that the last checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
-could run 0 steps and exit 0), and the done-file written atomically. A multi-node run inside a Slurm job
-runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers, node/GPU checks, teardown;
-:func:`ray_slurm_command`, which also moves the CPU platform's ``ray.init`` values to ``ray start``).
+could run 0 steps and exit 0), and the done-file written atomically. Inside a Slurm job (any number of
+nodes, GPU or CPU platform) the driver runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers,
+node/GPU checks, teardown; :func:`ray_slurm_command`, which also moves the CPU platform's ``ray.init``
+values to ``ray start``).
 A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b.yaml`` (trainer mode
 ``envace_per_role_sync``, two policies; see :mod:`envace.verl_ext.per_role_trainer`); the Ray cluster
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
 cannot be split evenly exits 2 with the reason.
 Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the whole
-driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node
-(``make smoke-slurm``, tests/slurm; verl's own local Ray). The launcher is tested as a dry run only.
+driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py), and under Slurm through the Ray
+launcher at one node (``make smoke-slurm``, tests/slurm). More than one node needs a real cluster.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def build_command(
     overrides: Mapping[str, Any] | None = None,
     data: str | None = None,
 ) -> list[str]:
-    """argv of the verl driver for ``run``; a multi-node run inside a Slurm job goes through the Ray
-    launcher (:func:`ray_slurm_command`).
+    """argv of the verl driver for ``run``; inside a Slurm job it goes through the Ray launcher
+    (:func:`ray_slurm_command`).
 
     ``overrides``: Hydra overrides known only at launch (e.g. the simulator server's URL), appended last.
     """
@@ -65,10 +66,7 @@ def build_command(
         f"hydra.run.dir={checkpoint_dir}/hydra",  # Hydra's run folder (resolved config), not ./outputs
         *extra,
     ]
-    # one node: verl starts its own local Ray. Through the launcher at one node (make smoke-slurm) Ray's
-    # head bound its auto-detected address while the readiness check asked the resolved host name
-    # (seen 2026-12-01); until that is settled the launcher is used for multi-node runs only
-    if int(spec["nodes"]) > 1 and os.environ.get("SLURM_JOB_ID"):
+    if os.environ.get("SLURM_JOB_ID"):  # the same launcher at every size, one node included
         argv = ray_slurm_command(argv, spec)
     return argv
 
@@ -80,7 +78,7 @@ RAY_INIT_OVERRIDES = ("ray_kwargs.ray_init.num_cpus=", "+ray_kwargs.ray_init.num
 
 
 def ray_slurm_command(driver: list[str], spec: Mapping[str, Any]) -> list[str]:
-    """``driver`` under ``scripts/ray_slurm_launch.sh`` (a multi-node run inside a Slurm job).
+    """``driver`` under ``scripts/ray_slurm_launch.sh``: every run inside a Slurm job, at both scales.
 
     The launcher starts a Ray head (and one Ray node per further allocated node) with the run's GPUs
     per node, checks that Ray sees them, runs the driver with ``RAY_ADDRESS`` and stops Ray on exit.

@@ -139,3 +139,55 @@ def test_record_before_prompt_raises(tokenizer) -> None:
     ctx = RehearsalContext(tokenizer, RehearsalPrompt(), ToolRegistry([WEATHER_TOOL]), [])
     with pytest.raises(RuntimeError):
         ctx.record_response([1])
+
+
+def test_v2_renders_as_v1_without_dialogue_and_lists_events_in_order() -> None:
+    """v2 = v1 + the dialogue section: byte-identical prompts when no ACT-chat message arrived after the
+    first rehearsal (single-turn episodes, evaluation, TTS, fidelity); else notes and dialogue messages
+    in the order they happened. v1 drops the messages (ours before)."""
+    v1, v2 = RehearsalPrompt("rehearsal_v1"), RehearsalPrompt("rehearsal_v2")
+    assert (v1.version, v2.version, v1.sees_dialogue, v2.sees_dialogue) == ("rehearsal_v1", "rehearsal_v2",
+                                                                           False, True)
+    assert RehearsalPrompt().version == "rehearsal_v2"
+    tools = ToolRegistry([WEATHER_TOOL]).tools
+    history = [{"role": "user", "content": "weather in Oslo?"}]
+    note = (cand("nope"), '{"error": "TOOL_NOT_AVAILABLE", "message": ""}')
+    call = cand("get_weather", {"city": "Oslo"})
+    for notes in ([], [note]):
+        same = [p.first_user(tools, [], history, notes, call) for p in (v1, v2)]
+        assert same[0] == same[1]
+        assert v2.next_user(notes, call) == v1.next_user(notes, call)
+        assert v2.system() == v1.system()
+    answer = {"role": "assistant", "content": "It is 4 degrees."}
+    user = {"role": "user", "content": "And in Bergen?"}
+    events = [note, answer, user, note]
+    text = v2.next_user(events, call)
+    marks = [text.index("Calls answered without you"), text.index("It is 4 degrees."),
+             text.index("And in Bergen?"), text.rindex("Calls answered without you"),
+             text.index("# Caller output")]
+    assert marks == sorted(marks) and len(set(marks)) == 5
+    assert text.count("# The conversation since your last reply") == 1
+    assert "[user]\nAnd in Bergen?" in text
+    assert v1.next_user(events, call) == v1.next_user([note, note], call)  # messages dropped
+    assert "Bergen" not in v1.next_user(events, call)
+
+
+def test_observe_messages_before_and_after_the_first_rehearsal(tokenizer) -> None:
+    answer = {"role": "assistant", "content": "It is 4 degrees."}
+    user = {"role": "user", "content": "And in Bergen-XYZ?"}
+    start = [{"role": "user", "content": "hi"}]
+    reply = tokenizer.encode('<execution_result>{"t": 1}</execution_result>', add_special_tokens=False)
+    for name in ("rehearsal_v1", "rehearsal_v2"):
+        # before any rehearsal: the dialogue becomes the first message's history (both versions)
+        ctx = RehearsalContext(tokenizer, RehearsalPrompt(name), ToolRegistry([WEATHER_TOOL]), list(start))
+        ctx.observe_messages([answer, user], start + [answer, user])
+        assert "Bergen-XYZ" in tokenizer.decode(ctx.prompt_ids(cand("get_weather", {"city": "B"})))
+        # after one: only v2 shows it, in the next user message (the chat stays prefix-stable)
+        ctx = RehearsalContext(tokenizer, RehearsalPrompt(name), ToolRegistry([WEATHER_TOOL]), list(start))
+        p1 = list(ctx.prompt_ids(cand("get_weather", {"city": "A"})))
+        ctx.record_response(reply + [tokenizer.eos_token_id])
+        ctx.observe_messages([answer, user], start + [answer, user])
+        p2 = list(ctx.prompt_ids(cand("get_weather", {"city": "B"})))
+        assert p2[: len(p1)] == p1
+        tail = tokenizer.decode(p2[len(p1):])
+        assert ("Bergen-XYZ" in tail and "It is 4 degrees." in tail) == (name == "rehearsal_v2")

@@ -397,3 +397,24 @@ def test_per_generation_context_budget(tokenizer, scripted) -> None:
     assert cut.termination == Termination.FINAL_ANSWER and len(cut.generations[0].response_ids) == 10
     with pytest.raises(ValueError, match="context_budget"):
         roll(scripted(["A."]), tokenizer, RolloutConfig(context_budget="total"))  # type: ignore[arg-type]
+
+
+def test_replayed_user_turn_reaches_every_later_rehearsal(tokenizer, scripted) -> None:
+    """Two user turns, a rehearsal in each: the second REHEARSE prompt holds the first final answer and
+    the second user message (rehearsal_v2, default), extends the first one, and the references stay out
+    of the ACT context. rehearsal_v1 (ours before): the second user message never reached it."""
+    texts = [CALL, RESULT, "It is 4 degrees.", CALL, RESULT, "Also 4."]
+    for name in ("rehearsal_v2", "rehearsal_v1"):
+        cfg = None if name == "rehearsal_v2" else RolloutConfig(prompt_name=name)
+        traj = roll(scripted(list(texts)), tokenizer, cfg, references=REFS, user_turns=["And in Bergen-XYZ?"])
+        assert traj.termination == Termination.FINAL_ANSWER and traj.user_turns == 2
+        reh = [g for g in traj.generations if g.role == "rehearse"]
+        assert [g.user_turn for g in reh] == [0, 1]
+        assert reh[1].prompt_ids[: reh[0].prompt_len + len(reh[0].response_ids)] == \
+            reh[0].prompt_ids + reh[0].response_ids  # one growing chat
+        first, second = tokenizer.decode(reh[0].prompt_ids), tokenizer.decode(reh[1].prompt_ids)
+        assert "Bergen-XYZ" not in first and "PRIVILEGED-REF" in first
+        seen = "Bergen-XYZ" in second and "It is 4 degrees." in second
+        assert seen == (name == "rehearsal_v2")
+        assert "PRIVILEGED-REF" not in tokenizer.decode(traj.act_ids)
+        assert "Bergen-XYZ" in tokenizer.decode(traj.act_ids)

@@ -306,3 +306,93 @@ def test_all_old_values_reproduce_the_old_rewards():
     for chat, checklists, termination, expected in cases:
         judge, _ = _judge("checklist_judge_v1")
         assert checklist_reward(chat, checklists, judge, OLD, termination).reward == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------- required_for_next_turn
+REQUIRED = [dict(ITEMS[0]), dict(ITEMS[1], required_for_next_turn=True)]  # b: "stated the temperature?"
+NOT_SAID = {"role": "assistant", "content": "Done."}
+
+
+def test_required_item_failing_stops_the_dialogue_and_later_turns_score_zero():
+    """Turn 0: a passes (step 1), required b at no step -> stop before turn 1. The episode reward reuses
+    the 4 verdicts (2 steps x 2 items, none asked again): (0.6 + 0) / 2 checklist turns = 0.3."""
+    judge, completions = _judge()
+    chat = [USER, STEP1, OBS_OK, NOT_SAID]
+    assert rw.turn_passes_required(chat, [REQUIRED, ITEMS], 0, judge) is False
+    assert len(completions.asked) == 4
+    res = checklist_reward(chat, [REQUIRED, ITEMS], judge, termination="dialogue_stopped")
+    assert res.turn_scores == pytest.approx([0.6]) and res.reward == pytest.approx(0.3)
+    assert len(completions.asked) == 4 and judge.metrics.cache_hits == 4
+    assert len(set(completions.asked)) == 4  # each (step, item) once
+    # b said at the final answer: the dialogue goes on; b not required: it goes on too
+    judge, _ = _judge()
+    assert rw.turn_passes_required([USER, STEP1, OBS_OK, FINAL], [REQUIRED, ITEMS], 0, judge) is True
+    assert rw.turn_passes_required(chat, [ITEMS, ITEMS], 0, judge) is True
+    # the switch false (ours before): never stopped, no judge call
+    judge, completions = _judge()
+    off = RewardRules(stop_on_required_failed=False)
+    assert rw.turn_passes_required(chat, [REQUIRED, ITEMS], 0, judge, off) is True
+    assert completions.asked == []
+    assert RewardRules.ours().stop_on_required_failed is False
+    # a turn past the checklists or the chat: nothing to check
+    assert rw.turn_passes_required(chat, [REQUIRED], 1, judge) is True
+
+
+def test_required_item_judged_at_a_later_turn_of_the_dialogue():
+    """Turn 1's items are judged on turn 1's steps only (turn 0's verdicts come from the cache)."""
+    judge, completions = _judge()
+    chat = [USER, STEP1, OBS_OK, FINAL, {"role": "user", "content": "and Rome?"}, NOT_SAID]
+    assert rw.turn_passes_required(chat, [ITEMS, REQUIRED, ITEMS], 1, judge) is False
+    assert len(completions.asked) == 2  # one step x two items
+    res = checklist_reward(chat, [ITEMS, REQUIRED, ITEMS], judge, termination="dialogue_stopped")
+    assert res.turn_scores == pytest.approx([1.0, 0.0]) and res.reward == pytest.approx(1 / 3)
+    assert len(completions.asked) == 2 + 4  # turn 0 was new, turn 1 came from the cache
+
+
+class _Malformed(_Completions):
+    """Item b's verdicts are never valid JSON."""
+
+    def create(self, **kw):
+        reply = super().create(**kw)
+        if "temperature" in self.asked[-1][1]:
+            reply.choices[0].message.content = "not json"
+        return reply
+
+
+def test_a_failed_judge_call_stops_the_dialogue_and_is_not_asked_again():
+    """Authors: an API failure or a malformed verdict of any item (b is not required here) ends the
+    dialogue. Each failed verdict took 1 + max_retries (3) requests once; the episode reward gets the
+    failures without asking again (failure_policy fail: b not passed)."""
+    completions = _Malformed()
+    client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
+    config = JudgeConfig(base_url="http://unused", model="judge", max_concurrency=1, max_retries=3)
+    judge = ChecklistJudge(config, client=client, sleep=lambda s: None)
+    chat = [USER, STEP1, OBS_OK, FINAL]
+    assert rw.turn_passes_required(chat, [ITEMS, ITEMS], 0, judge) is False
+    assert len(completions.asked) == 2 + 2 * 4 and judge.metrics.failures == 2
+    res = checklist_reward(chat, [ITEMS, ITEMS], judge, termination="dialogue_stopped")
+    assert len(completions.asked) == 10 and judge.metrics.failures == 2
+    assert res.failures == 2 and res.turn_scores == pytest.approx([0.6]) and res.reward == pytest.approx(0.3)
+    # remembered for one reuse only: a third request of the same chat asks again
+    checklist_reward(chat, [ITEMS, ITEMS], judge, termination="dialogue_stopped")
+    assert len(completions.asked) == 10 + 2 * 4
+
+
+def test_dialogue_continues_from_env(monkeypatch):
+    """The verl hook: checklists from ground_truth (JSON), rules from ENVACE_REWARD_RULES, the process's
+    judge; reference_match has no judge and never stops."""
+    judge, completions = _judge()
+    monkeypatch.setattr(rw, "_PROCESS_JUDGE", judge)
+    monkeypatch.delenv("ENVACE_REWARD_RULES", raising=False)
+    chat = [USER, STEP1, OBS_OK, NOT_SAID]
+    truth = json.dumps([REQUIRED, ITEMS])
+    monkeypatch.setenv("ENVACE_REWARD", "checklist")
+    assert rw.dialogue_continues(chat, 0, truth, {}) is False and len(completions.asked) == 4
+    assert rw.dialogue_continues(chat, 0, None, {"checklists": truth}) is False
+    assert len(completions.asked) == 4  # cached
+    monkeypatch.setenv("ENVACE_REWARD_RULES", json.dumps({"stop_on_required_failed": False}))
+    assert rw.dialogue_continues(chat, 0, truth, {}) is True
+    monkeypatch.delenv("ENVACE_REWARD_RULES")
+    monkeypatch.setenv("ENVACE_REWARD", "reference_match")
+    monkeypatch.setattr(rw, "_PROCESS_JUDGE", None)  # no judge is built
+    assert rw.dialogue_continues(chat, 0, truth, {}) is True

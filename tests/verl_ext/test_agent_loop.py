@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 import torch
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
@@ -247,3 +248,60 @@ def test_agent_loop_rehearsal_error_ends_by_default():
     loop, seen = _scripted_loop([search, error, "Sorry."], {"terminate_on_rehearsal_error": False})
     asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info={"tools": json.dumps(TOOLS)}))
     assert seen["termination"] == "final_answer"
+
+
+class _KeyJudgeCompletions:
+    """Judge stand-in: an item whose question is ``KEY=<word>`` passes at a step that contains the word."""
+
+    def __init__(self):
+        self.asked = []
+
+    def create(self, **kw):
+        from types import SimpleNamespace
+
+        user = kw["messages"][1]["content"]
+        step = user.split("(the step to judge)")[1].split("# Checklist item")[0]
+        word = user.split("Question: KEY=")[1].split("\n")[0]
+        self.asked.append((step, word))
+        content = '{"passed": %s, "reason": "r"}' % ("true" if word in step else "false")
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=content))])
+
+
+def test_agent_loop_judge_stops_the_dialogue(monkeypatch):
+    """reward checklist: turn 0's required item (KEY=20) fails, so user turn 1 is never replayed; the
+    episode reward reuses the in-episode verdicts: (0.5 + 0) / 2 = 0.25. The switch false: turn 1 is
+    played, (0.5 + 1) / 2 = 0.75. reference_match (smoke): no judge, never stopped."""
+    import json
+    from types import SimpleNamespace
+
+    import envace.reward as rw
+
+    search = '<tool_call>\n{"name": "search", "arguments": {"query": "paris"}}\n</tool_call>'
+    texts = [search, '<execution_result>{"t": 18}</execution_result>', "18 degrees.", "Bye."]
+    checklists = [[{"question": "KEY=search", "focus_on": "assistant.content", "weight": 0.5},
+                   {"question": "KEY=20", "focus_on": "assistant.content", "weight": 0.5,
+                    "required_for_next_turn": True}],
+                  [{"question": "KEY=Bye", "focus_on": "assistant.content", "weight": 1.0}]]
+    extra = {"tools": json.dumps(TOOLS), "user_turns": json.dumps(["Thanks!"])}
+    reward_model = {"ground_truth": json.dumps(checklists)}
+    monkeypatch.setenv("ENVACE_REWARD", "checklist")
+    cases = (({}, 3, "dialogue_stopped", 0.25, 4),
+             ({"stop_on_required_failed": False}, 4, "final_answer", 0.75, 5))
+    for rules, n_rows, termination, reward, asked in cases:
+        monkeypatch.setenv("ENVACE_REWARD_RULES", json.dumps(rules))
+        completions = _KeyJudgeCompletions()
+        client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
+        judge = rw.ChecklistJudge(rw.JudgeConfig(base_url="u", model="m", max_concurrency=1), client=client)
+        monkeypatch.setattr(rw, "_PROCESS_JUDGE", judge)
+        loop, _ = _scripted_loop(texts)
+        loop._reward_fn = rw.compute_score
+        outs = asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info=extra, reward_model=reward_model))
+        assert len(outs) == n_rows and outs[-1].extra_fields["envace_termination"] == termination
+        assert outs[-1].reward_score == pytest.approx(reward)
+        assert len(completions.asked) == len(set(completions.asked)) == asked  # each (step, item) once
+    monkeypatch.setenv("ENVACE_REWARD", "reference_match")
+    loop, _ = _scripted_loop(texts)
+    loop._reward_fn = rw.compute_score
+    assert loop._dialogue_gate({}, extra) is None
+    outs = asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info=extra, reward_model=reward_model))
+    assert len(outs) == 4 and outs[-1].extra_fields["envace_termination"] == "final_answer"

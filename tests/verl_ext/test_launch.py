@@ -26,14 +26,17 @@ def test_command_line(monkeypatch):
     assert f"data.train_files={os.path.abspath(CFG['paths']['data'])}/cm2_train.parquet" in argv
 
 
-def test_multinode_goes_through_slurm_launcher(monkeypatch):
+def test_inside_slurm_every_run_goes_through_the_ray_launcher(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     argv = L.build_command(CFG, "envace_8b", "/ck")
     sep = argv.index("--")
     assert argv[:2] == ["bash", str(L.SLURM_SCRIPT)]
     assert argv[2:sep] == ["--nodes", "2", "--gpus-per-node", "8", "--python", sys.executable]
     assert argv[sep + 1:sep + 3] == [sys.executable, "-m"]
-    assert L.build_command(CFG, "envace_1p7b", "/ck")[1] == "-m"  # one node: verl's own local Ray
+    one = L.build_command(CFG, "envace_1p7b", "/ck")
+    assert one[:2] == ["bash", str(L.SLURM_SCRIPT)] and one[one.index("--nodes") + 1] == "1"
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert L.build_command(CFG, "envace_8b", "/ck")[1] == "-m"  # outside Slurm: verl's own local Ray
 
 
 def test_cpu_run_in_slurm_gives_ray_init_values_to_the_launcher(monkeypatch):
@@ -43,7 +46,8 @@ def test_cpu_run_in_slurm_gives_ray_init_values_to_the_launcher(monkeypatch):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     local = L.build_command(smoke, "per_role_8b", "/ck")
     assert "+ray_kwargs.ray_init.num_gpus=2" in local and "ray_kwargs.ray_init.num_cpus=32" in local
-    argv = L.ray_slurm_command(local, smoke["training"]["runs"]["per_role_8b"])
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    argv = L.build_command(smoke, "per_role_8b", "/ck")
     sep = argv.index("--")
     launcher = ["--nodes", "1", "--gpus-per-node", "2", "--num-cpus", "32", "--python", sys.executable]
     assert argv[2:sep] == launcher
@@ -188,7 +192,7 @@ def test_slurm_script_dry_run(fake_slurm):
     )
     assert p.returncode == 0, p.stderr
     out = p.stdout
-    assert "ray start --head --node-ip-address=n1" in out and "--num-gpus=8" in out and "--num-cpus=16" in out
+    assert "-w n1 ray start --head --port=6379" in out and "--num-gpus=8" in out and "--num-cpus=16" in out
     assert "srun --overlap --nodes=1 --ntasks=1 -w n2 ray start --address=n1:6379" in out
     assert "+ echo hi" in out and out.count("ray stop --force") == 2
     bad = subprocess.run(
