@@ -211,10 +211,25 @@ def _serving_key(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"serving": serving["vllm"]} if serving and "vllm" in serving else {}
 
 
+#: The ``training`` keys besides ``runs`` that change every trained model (data, judge, reward and its
+#: rules): part of each run's spec hash (:func:`training_key`).
+TRAINING_SHARED_KEYS = ("data", "judge", "reward", "reward_rules")
+
+
+def training_key(cfg: Mapping[str, Any], run: str) -> dict[str, Any] | None:
+    """What a training run's weights depend on: its ``training.runs`` entry plus the shared training
+    settings (:data:`TRAINING_SHARED_KEYS`); ``None`` for a name that is not a run."""
+    spec = cfg["training"]["runs"].get(run)
+    if spec is None:
+        return None
+    return {"run": spec, **{k: cfg["training"].get(k) for k in TRAINING_SHARED_KEYS}}
+
+
 def _model_key(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
-    """A model's entry and, for a trained model, its training run: what its outputs depend on."""
+    """A model's entry and, for a trained model, its training (:func:`training_key`): what its outputs
+    depend on."""
     model = _model_entry(cfg, model_id)
-    return {"model": model, "run": cfg["training"]["runs"].get(model.get("run", ""))}
+    return {"model": model, "run": training_key(cfg, model.get("run", ""))}
 
 
 def checkpoint_model_id(run: str, step: int) -> str:

@@ -182,8 +182,8 @@ class RewardRules:
     auto_false_on_error_tool_call: bool = True
     parameters_key: bool = True
     turn_normaliser: Literal["checklist_turns", "reached_turns"] = "checklist_turns"
-    # authors: per_row; not built on the verl path yet (reward_rules_env refuses it)
-    empty_response_penalty: Literal["per_row", "episode"] = "episode"
+    # per_row on the verl path: the agent loop marks blank rows, EnvaceTrainer subtracts the penalty
+    empty_response_penalty: Literal["per_row", "episode"] = "per_row"
     judge_prompt: str = "checklist_judge_v2"
     stop_on_required_failed: bool = True  # authors: a failed required_for_next_turn item ends the dialogue
 
@@ -229,12 +229,6 @@ def reward_rules_env(cfg: Any) -> dict[str, str]:
     """``{"ENVACE_REWARD_RULES": <JSON>}`` from ``cfg["training"]["reward_rules"]`` (validated here), for
     the environment of verl's reward workers (called from ``envace.verl_ext.launch``)."""
     rules = RewardRules.from_mapping(cfg["training"].get("reward_rules") or {})
-    if rules.empty_response_penalty == "per_row":
-        # verl 0.9.1's v1 worker copies a trajectory's reward onto all its rows (agent_loop_tq.py
-        # _agent_loop_postprocess), so a row's own penalty needs the trainer to apply it afterwards:
-        # not built yet (docs/deviations.md, empty-response-penalty). Refuse rather than drop it.
-        raise ValueError("training.reward_rules.empty_response_penalty: per_row is not implemented on the "
-                         "verl path yet (verl gives every row of a trajectory the same reward); use episode")
     return {REWARD_RULES_ENV: json.dumps(asdict(rules), sort_keys=True)}
 
 

@@ -165,6 +165,7 @@ class RolloutConfig:
     max_user_turns: int = 30  # authors' script: max_user_turns=30
     context_budget: Literal["per_generation", "episode"] = "episode"  # training sets "per_generation"
     prompt_name: str = "rehearsal_v2"  # v2: replayed user turns reach every later REHEARSE call
+    parameters_key: bool = True  # authors' tool_parser: "parameters" accepted as the arguments key
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": False}
 
 
@@ -379,7 +380,7 @@ class _Run:
             if not per_generation and len(self.act.ids) >= self.limit and not self.act.ends_turn():
                 self.messages.append(assistant_message(text))
                 return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
-            parsed = parse_tool_calls(text)
+            parsed = parse_tool_calls(text, parameters_key=config.parameters_key)
             if parsed.error is not None:
                 self.messages.append(assistant_message(text))
                 if config.on_act_parse_error == "terminate":

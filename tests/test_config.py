@@ -107,3 +107,13 @@ def test_hashes_are_stable_and_specific(paper):
     assert eval_hash(paper, "envace_8b-step0050", "tau2") != h
     with pytest.raises(ConfigError):
         eval_hash(paper, "unknown_model", "tau2")
+    # the shared training settings change every trained model, not the base models; the report-only
+    # aggregate block changes no sample
+    for key, value in (("reward_rules", {"judge_terminated": True}), ("judge", {"model": "other"})):
+        changed = copy.deepcopy(paper)
+        changed["training"][key] = {**changed["training"][key], **value}
+        assert eval_hash(changed, "envace_8b", "tau2") != h, key
+        assert eval_hash(changed, "qwen3_8b", "tau2") == eval_hash(paper, "qwen3_8b", "tau2"), key
+    report_only = copy.deepcopy(paper)
+    report_only["benchmarks"]["finmcp"]["aggregate"]["average"] = "macro"
+    assert eval_hash(report_only, "envace_8b", "finmcp") == eval_hash(paper, "envace_8b", "finmcp")

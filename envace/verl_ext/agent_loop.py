@@ -73,6 +73,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from uuid import uuid4
@@ -85,6 +86,7 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.utils.import_utils import load_extern_object
 
+from envace.reward import reward_rules_from_env
 from envace.rollout import Mode, RolloutConfig, Trajectory, run_rollout
 
 __all__ = [
@@ -202,11 +204,12 @@ def rollout_config_from(
 
     ``max_turns`` / ``precheck`` / ``mode`` / ``terminate_on_rehearsal_malformed`` /
     ``terminate_on_rehearsal_error`` (default true) / ``replay_user_turns`` (default true) /
-    ``context_budget`` (default ``per_generation``) come from ``envace``; the context limits from verl's
-    ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from verl's per-sample
-    ``sampling_params`` (which already hold the validation values when validating). Chat-template
-    arguments: verl's ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``), then
-    ``envace.template_kwargs`` on top.
+    ``context_budget`` (default ``per_generation``) come from ``envace``; ``parameters_key`` from
+    ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers' copy); the context limits
+    from verl's ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from
+    verl's per-sample ``sampling_params`` (which already hold the validation values when validating).
+    Chat-template arguments: verl's ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking:
+    false``), then ``envace.template_kwargs`` on top.
     """
     sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
     response_length = int(rollout_cfg.response_length)
@@ -226,6 +229,7 @@ def rollout_config_from(
         terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", True)),
         replay_user_turns=bool(envace_cfg.get("replay_user_turns", True)),
         context_budget=budget,
+        parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)
         template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
     )
 
@@ -259,6 +263,7 @@ def trajectory_outputs(
     reward_info: dict[str, Any] | None = None,
     global_steps: tuple[int | None, int | None] = (None, None),
     pad_token_id: int = 0,
+    row_penalty: Callable[[list[int]], float] | None = None,
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring).
 
@@ -270,7 +275,9 @@ def trajectory_outputs(
     (verl's ``_compute_metrics`` needs them). A trajectory with no generation (its prompt over the limit)
     gives one row holding a single masked pad token (``response_mask`` 0), reward 0: verl places a
     reward on the last response token, so an empty response cannot carry one; the role-wise estimator
-    treats a fully masked row as padding, outside every baseline.
+    treats a fully masked row as padding, outside every baseline. ``row_penalty``: maps a generation's
+    response ids to what its row's reward gets added (``extra_fields["envace_row_penalty"]``, applied by
+    :class:`envace.verl_ext.trainer.EnvaceTrainer` after verl copies the trajectory's reward to every row).
     """
     gens = [g for g in traj.generations if g.trainable or train_all]
     common = {
@@ -290,7 +297,8 @@ def trajectory_outputs(
                 num_turns=g.turn + 1,
                 metrics=AgentLoopMetrics(),
                 extra_fields={**common, "envace_role": g.role, "envace_turn": g.turn,
-                              "envace_user_turn": g.user_turn, "envace_row": i},
+                              "envace_user_turn": g.user_turn, "envace_row": i,
+                              "envace_row_penalty": row_penalty(g.response_ids) if row_penalty else 0.0},
             )
         )
     if not outputs:  # nothing generated (e.g. the prompt was over the limit): one empty row
@@ -303,7 +311,7 @@ def trajectory_outputs(
                 num_turns=0,
                 metrics=AgentLoopMetrics(),
                 extra_fields={**common, "envace_role": "act", "envace_turn": 0, "envace_user_turn": 0,
-                              "envace_row": 0},
+                              "envace_row": 0, "envace_row_penalty": 0.0},
             )
         )
         reward = 0.0 if reward is None else reward
@@ -384,7 +392,23 @@ class EnvaceAgentLoop(AgentLoopBase):
         steps = (min(lows) if lows else None, max(highs) if highs else None)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return trajectory_outputs(traj, reward, train_all=per_role, reward_info=reward_info,
-                                  global_steps=steps, pad_token_id=int(pad))
+                                  global_steps=steps, pad_token_id=int(pad), row_penalty=self._row_penalty())
+
+    def _row_penalty(self) -> Callable[[list[int]], float] | None:
+        """``training.reward_rules.empty_response_penalty: per_row`` (the authors'
+        ``apply_invalid_action_penalty``): -0.1 for a row whose decoded response (special tokens skipped)
+        is blank. Rules from ``ENVACE_REWARD_RULES`` (set by ``envace train``)."""
+        from envace.reward import EMPTY_RESPONSE_REWARD, reward_rules_from_env, row_is_empty
+
+        if reward_rules_from_env().empty_response_penalty != "per_row":
+            return None
+        tok = self.tokenizer
+
+        def penalty(ids: list[int]) -> float:
+            blank = row_is_empty(tok.decode(list(ids), skip_special_tokens=True))
+            return EMPTY_RESPONSE_REWARD if blank else 0.0
+
+        return penalty
 
     def _dialogue_gate(self, kwargs: dict[str, Any], extra: dict[str, Any]) -> Any:
         """The rollout's ``continue_dialogue`` hook: ``dialogue_continues(messages, user_turn, ground_truth,

@@ -33,6 +33,11 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   (``_envace_common.yaml``; 0 disables). Why: a rollout server that does not get its policy's weights
   trains on garbage without a word (the per-role REHEARSE server did: correlation 0.002).
 
+- :meth:`EnvaceTrainer._apply_row_penalties`: a row's own reward term. verl's v1 worker copies a
+  trajectory's reward to all its rows (``agent_loop_tq.py`` ``_agent_loop_postprocess``); the authors
+  then subtract 0.1 from each blank row (``apply_invalid_action_penalty``). The agent loop records
+  each row's ``envace_row_penalty`` (``training.reward_rules.empty_response_penalty: per_row``), added
+  here to the row's last-token reward in TransferQueue before verl's advantage step.
 - :meth:`EnvaceTrainer._save_checkpoint`, checkpoint after metrics: verl's fit loop
   (``trainer/ppo/v1/trainer_base.py`` lines 481-514) saves step N's checkpoint, then syncs weights,
   validates and only then logs step N's metrics. A job killed in between (``scancel`` under Slurm, seen
@@ -73,6 +78,8 @@ __all__ = [
     "check_judge_failures",
     "check_rollout_agreement",
     "judge_failure_stats",
+    "penalised_scores",
+    "row_penalty_of",
     "row_role",
 ]
 
@@ -164,6 +171,29 @@ def check_judge_failures(stats: Mapping[str, float], max_share: float, step: int
             f"{max_share}: is the judge server (ENVACE_JUDGE_BASE_URL) down? Stopping instead of training "
             "on rewards of failed verdicts"
         )
+
+
+def row_penalty_of(extra: Any) -> float:
+    """A row's ``extra_fields["envace_row_penalty"]`` (0 when absent: padding, other agent loops); the
+    values may come back from TransferQueue wrapped (``.data``)."""
+    data = getattr(extra, "data", extra)
+    if not hasattr(data, "get"):
+        return 0.0
+    value = data.get("envace_row_penalty", 0.0)
+    return float(getattr(value, "data", value) or 0.0)
+
+
+def penalised_scores(rows: list[Any], penalties: list[float]) -> list[Any]:
+    """Token-level reward rows (shape ``[response_len]`` each, the reward on the last token, as verl's
+    ``AgentLoopOutput.as_dict`` writes ``rm_scores``) with ``penalties[i]`` added to row ``i``'s last
+    token."""
+    out = []
+    for row, penalty in zip(rows, penalties, strict=True):
+        if penalty:
+            row = row.clone()
+            row[-1] += penalty
+        out.append(row)
+    return out
 
 
 def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
@@ -308,6 +338,7 @@ class EnvaceTrainer(PPOTrainerSync):
         metrics.update(judge)
         envace = self.config.get("envace", None) or {}
         check_judge_failures(judge, float(envace.get("max_judge_failure_share", 0.5)), self.global_steps)
+        self._apply_row_penalties(batch, data["extra_fields"], metrics)
         grouped = role_group_ids(uids, roles)
         tq.kv_batch_put(
             keys=batch.keys,
@@ -322,6 +353,23 @@ class EnvaceTrainer(PPOTrainerSync):
                 partition_id=batch.partition_id,
                 fields=list_of_dict_to_tensordict([{"uid": u} for u in uids]),
             )
+
+    def _apply_row_penalties(self, batch: Any, extra_fields: Any, metrics: dict) -> None:
+        """Add each row's ``envace_row_penalty`` (the agent loop's, e.g. -0.1 for a blank row) to its
+        reward in TransferQueue (``rm_scores``, reward on the last token) before verl's advantage step."""
+        penalties = [row_penalty_of(e) for e in extra_fields]
+        metrics["envace/rows/penalised"] = sum(p != 0 for p in penalties)
+        if not any(penalties):
+            return
+        import torch
+        import transfer_queue as tq
+        from verl.utils import tensordict_utils as tu
+
+        keys, part = batch.keys, batch.partition_id
+        scores = tq.kv_batch_get(keys=keys, partition_id=part, select_fields=["rm_scores"])
+        rows = penalised_scores(list(scores["rm_scores"].unbind()), penalties)
+        tq.kv_batch_put(keys=keys, partition_id=part, fields=tu.get_tensordict(
+            {"rm_scores": torch.nested.as_nested_tensor(rows, layout=torch.jagged)}))
 
     def _update_actor(self, batch: Any, metrics: dict) -> Any:
         envace = self.config.get("envace", None) or {}

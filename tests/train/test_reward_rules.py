@@ -235,10 +235,9 @@ def test_old_focus_key_is_accepted():
 # -------------------------------------------------------------------------- 5. empty responses
 def test_empty_response_penalty_is_per_row():
     rows = ["<tool_call>\n{}\n</tool_call>", "", "  \n", "<think>x</think>", {"role": "rehearse", "text": ""}]
-    per_row = RewardRules(empty_response_penalty="per_row")  # the authors' rule (not the default yet)
-    assert row_penalties(rows, per_row) == [0.0, -0.1, -0.1, 0.0, -0.1]
+    per_row = RewardRules(empty_response_penalty="per_row")  # the authors' rule, the default
+    assert row_penalties(rows, per_row) == row_penalties(rows) == [0.0, -0.1, -0.1, 0.0, -0.1]
     assert row_penalties(rows, RewardRules(empty_response_penalty="episode")) == [0.0] * 5
-    assert row_penalties(rows) == [0.0] * 5
     # the episode reward itself is computed as usual: an empty ACT output is a parse error -> 0, unjudged;
     # its row then gets 0 - 0.1 (authors: reward at the row's last token minus 0.1)
     judge, completions = _judge()
@@ -267,14 +266,6 @@ def test_compute_score_rules_from_env(monkeypatch):
     assert out["score"] == 1.0 and out["row_penalties"] == [0.0, 0.0, 0.0]
     empty = {"messages": [USER, {"role": "assistant", "content": ""}], "reference_calls": ref}
     assert rw.compute_score("cm2", "", None, empty) == {"score": -0.1, "judge_failures": 0, "dropped": False}
-
-
-def test_per_row_penalty_refused_on_the_verl_path():
-    """verl copies a trajectory's reward to all its rows: a per-row penalty is not applied there yet,
-    so the launcher's environment refuses it instead of silently dropping it."""
-    cfg = {"training": {"reward_rules": {"empty_response_penalty": "per_row"}}}
-    with pytest.raises(ValueError, match="empty_response_penalty: per_row is not implemented"):
-        reward_rules_env(cfg)
 
 
 def test_rules_config_round_trip_and_validation(repo_root):

@@ -160,6 +160,24 @@ def test_rollout_settings_reach_the_loop_from_verl_config():
     assert cfg.act_sampling == {"temperature": 0.5, "max_tokens": 50}
 
 
+def test_parameters_key_rule_reaches_the_rollout_parser(monkeypatch):
+    """training.reward_rules.parameters_key travels as ENVACE_REWARD_RULES (envace train sets it for
+    the Ray workers) to the rollout's parser: a call keyed "parameters" parses, or is a parse error."""
+    from types import SimpleNamespace
+
+    from envace.tools import parse_tool_calls
+    from envace.verl_ext.agent_loop import rollout_config_from
+
+    rollout = SimpleNamespace(prompt_length=100, response_length=50)
+    text = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Oslo"}}\n</tool_call>'
+    monkeypatch.delenv("ENVACE_REWARD_RULES", raising=False)
+    on = rollout_config_from({}, rollout, {})
+    assert on.parameters_key is True and parse_tool_calls(text, parameters_key=True).error is None
+    monkeypatch.setenv("ENVACE_REWARD_RULES", '{"parameters_key": false}')
+    off = rollout_config_from({}, rollout, {})
+    assert off.parameters_key is False and parse_tool_calls(text, parameters_key=False).error is not None
+
+
 def test_episode_rule_defaults_and_switches_from_verl_config():
     """The authors' rules by default (no key in the envace section); the old values one key away."""
     from types import SimpleNamespace
@@ -305,3 +323,42 @@ def test_agent_loop_judge_stops_the_dialogue(monkeypatch):
     assert loop._dialogue_gate({}, extra) is None
     outs = asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info=extra, reward_model=reward_model))
     assert len(outs) == 4 and outs[-1].extra_fields["envace_termination"] == "final_answer"
+
+
+def test_blank_rows_get_their_own_penalty_through_trainer(monkeypatch):
+    """Authors' apply_invalid_action_penalty: -0.1 on each blank row. verl copies the trajectory's reward
+    to every row; the agent loop marks each row's penalty and EnvaceTrainer adds it to that row's
+    last-token reward in TransferQueue (here a dict standing in for TransferQueue's store)."""
+    import torch
+    import transfer_queue as tq
+
+    from envace.verl_ext.trainer import EnvaceTrainer, penalised_scores, row_penalty_of
+
+    traj, _ = _rollout(0)
+    gens = [g for g in traj.generations if g.trainable]
+    first = gens[0].response_ids
+    outs = trajectory_outputs(traj, 0.5, row_penalty=lambda ids: -0.1 if ids == first else 0.0)
+    assert [o.extra_fields["envace_row_penalty"] for o in outs][:1] == [-0.1]
+    assert all(o.extra_fields["envace_row_penalty"] == 0.0 for o in outs if o.response_ids != first)
+    assert [o.extra_fields["envace_row_penalty"] for o in trajectory_outputs(traj, 0.5)] == [0.0] * len(outs)
+
+    rows = [torch.tensor([0.0, 0.0, 0.5]), torch.tensor([0.5]), torch.tensor([0.0, 0.5])]
+    got = penalised_scores(rows, [-0.1, 0.0, -0.1])
+    assert [r.tolist() for r in got] == [[0.0, 0.0, pytest.approx(0.4)], [0.5], [0.0, pytest.approx(0.4)]]
+    assert rows[0][-1].item() == 0.5  # the inputs are not changed in place
+    wrapped = type("Wrapped", (), {"data": {"envace_row_penalty": type("V", (), {"data": -0.1})()}})()
+    assert row_penalty_of(wrapped) == -0.1
+    assert row_penalty_of({"other": 1}) == 0.0 and row_penalty_of(None) == 0.0
+
+    store = {"rm_scores": torch.nested.as_nested_tensor(rows, layout=torch.jagged)}
+    monkeypatch.setattr(tq, "kv_batch_get", lambda keys, partition_id, select_fields: {
+        f: store[f] for f in select_fields})
+    monkeypatch.setattr(tq, "kv_batch_put",
+                        lambda keys, partition_id, fields: store.update(dict(fields.items())))
+    batch = type("Meta", (), {"keys": ["a", "b", "c"], "partition_id": "train"})()
+    metrics: dict = {}
+    extra = [{"envace_row_penalty": -0.1}, {"envace_row_penalty": 0.0}, {}]
+    EnvaceTrainer._apply_row_penalties(object.__new__(EnvaceTrainer), batch, extra, metrics)
+    assert metrics["envace/rows/penalised"] == 1
+    after = [r.tolist() for r in store["rm_scores"].unbind()]
+    assert after == [[0.0, 0.0, pytest.approx(0.4)], [0.5], [0.0, 0.5]]

@@ -10,6 +10,7 @@ from envace.config import (
     config_hash,
     eval_hash,
     evaluation_pairs,
+    training_key,
     tts_hash,
 )
 from envace.data import local_source_path
@@ -74,7 +75,7 @@ def run_spec(run):
     spec = CFG["training"]["runs"][run]
     payload = {
         "run": run,
-        "hash": config_hash(spec),
+        "hash": config_hash(training_key(CFG, run)),  # the run plus training.data/judge/reward(_rules)
         "spec": spec,
         "scale": CFG["scale"],
     }
