@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run(argv: list[str]) -> int:
+    """Run one command; its exceptions propagate (tests call this; :func:`main` reports them)."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

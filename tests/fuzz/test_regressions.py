@@ -4,7 +4,6 @@ plan or a silent resume."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -21,6 +20,7 @@ import yaml
 from envace.bench.base import Score, Services, Task
 from envace.bench.runner import PartialResults, run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend
+from envace.cli import run
 from envace.rehearsal import (
     CallCandidate,
     OutcomeKind,
@@ -29,7 +29,6 @@ from envace.rehearsal import (
     parse_rehearsal_output,
     precheck_call,
 )
-from envace.report import aggregate_cmd, diff, figures, tables
 from envace.results import ResultsError, eval_path, read_results
 from envace.rollout import Mode, RolloutConfig
 from envace.tools import ParseError, ToolCall, parse_tool_calls, render_tool_call
@@ -161,13 +160,6 @@ def test_3_repeated_tags_parse_in_linear_time(parse: Any, text: str) -> None:
 
 
 # ---------------------------------------------------------------- 6. invalid UTF-8 in a result file
-def run_report(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="envace")
-    sub = parser.add_subparsers(required=True)
-    for module in (aggregate_cmd, tables, figures, diff):
-        module.add_parser(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
 
 
 @pytest.fixture
@@ -200,7 +192,7 @@ def test_6_report_commands_report_invalid_utf8_as_an_error(
                       "--out", str(tmp_path / "a.json")],
         "diff": ["diff", *base, "--out-md", str(tmp_path / "d.md"), "--out-json", str(tmp_path / "d.json")],
     }[command]
-    assert run_report(argv) == 2
+    assert run(argv) == 2
     assert f"{path}: line 2: not valid UTF-8" in capsys.readouterr().err
 
 
@@ -213,7 +205,7 @@ def test_7_a_results_dir_that_does_not_exist_is_an_error(
     base = ["--config", str(EXAMPLE_CONFIG), "--results-dir", str(missing)]
     argv = (["tables", "table1", *base, "--out-dir", str(tmp_path / "t")] if command == "tables" else
             ["diff", *base, "--out-md", str(tmp_path / "d.md"), "--out-json", str(tmp_path / "d.json")])
-    assert run_report(argv) == 2
+    assert run(argv) == 2
     assert f"results directory {missing} (--results-dir) does not exist" in capsys.readouterr().err
     assert not any(tmp_path.glob("t/*")) and not (tmp_path / "d.md").exists()
 

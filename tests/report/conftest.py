@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from collections.abc import Callable
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from envace.cli import run
 from envace.config import eval_hash, load_config, tts_hash
-from envace.report import aggregate_cmd, diff, figures, tables
 from envace.results import eval_path, read_results, tts_path, write_results
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -19,13 +18,7 @@ EXAMPLE_CONFIG = DATA / "example_config.yaml"
 EXAMPLE_RESULTS = DATA / "example_results"
 
 
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="envace")
-    sub = parser.add_subparsers(required=True)
-    for module in (aggregate_cmd, tables, figures, diff):
-        module.add_parser(sub)
-    args = parser.parse_args(argv)
-    return args.func(args)
+run_cli = run  # the envace CLI, exceptions propagating (envace.cli.run)
 
 
 @pytest.fixture(scope="session")
