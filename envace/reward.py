@@ -81,7 +81,8 @@ agent loop (``envace.verl_ext``), which passes the row's ``extra_info`` plus the
 come from the environment of the Ray workers: ``ENVACE_REWARD`` (``checklist`` default, or
 ``reference_match``), ``ENVACE_JUDGE_BASE_URL``, ``ENVACE_JUDGE_MODEL``, ``ENVACE_JUDGE_TEMPERATURE``,
 ``ENVACE_JUDGE_TOP_P``, ``ENVACE_JUDGE_FAILURE_POLICY``, ``ENVACE_JUDGE_MAX_RETRIES``,
-``ENVACE_JUDGE_TIMEOUT_S``, ``ENVACE_JUDGE_MAX_TOKENS``, ``ENVACE_JUDGE_JSON_SCHEMA`` (all set by
+``ENVACE_JUDGE_TIMEOUT_S``, ``ENVACE_JUDGE_MAX_TOKENS``, ``ENVACE_JUDGE_JSON_SCHEMA``,
+``ENVACE_JUDGE_REASON_MAX_CHARS`` (all set by
 ``envace train`` from ``training.judge``), ``ENVACE_REWARD_RULES`` (:func:`reward_rules_env`, from
 ``training.reward_rules``); one judge client (and verdict cache) per process (per loaded copy of this
 module: the agent loop takes :func:`dialogue_continues` from the module its reward function lives in).
@@ -243,6 +244,7 @@ class JudgeConfig:
     top_p: float = 0.8  # authors' script
     max_tokens: int = 6000  # authors' code (judge requests of the released environment)
     json_schema: bool = True  # authors' code: a strict json_schema response format for the verdict
+    reason_max_chars: int | None = None  # ours, smoke scale: cap the verdict's "reason" (schema maxLength)
     max_retries: int = 3  # ours
     timeout_s: float = 120.0  # ours
     backoff_s: float = 1.0  # ours; doubles per retry
@@ -299,6 +301,17 @@ VERDICT_FORMAT: dict[str, Any] = {
 }
 
 
+def verdict_format(reason_max_chars: int | None = None) -> dict[str, Any]:
+    """:data:`VERDICT_FORMAT`, with ``"reason"`` capped at ``reason_max_chars`` characters when given
+    (``training.judge.reason_max_chars``; the smoke judge, a random-weight model, never closes the string
+    otherwise: it ran to the token cap in every verdict, measured 2026-12-01)."""
+    if reason_max_chars is None:
+        return VERDICT_FORMAT
+    out = json.loads(json.dumps(VERDICT_FORMAT))
+    out["json_schema"]["schema"]["properties"]["reason"]["maxLength"] = int(reason_max_chars)
+    return out
+
+
 def judge_config_from_env(env: Any) -> JudgeConfig:
     """The judge settings of a verl reward worker: ``ENVACE_JUDGE_*`` (set by
     :func:`envace.verl_ext.launch.judge_env` from ``training.judge``)."""
@@ -311,6 +324,8 @@ def judge_config_from_env(env: Any) -> JudgeConfig:
         timeout_s=float(env.get("ENVACE_JUDGE_TIMEOUT_S", 120)),
         max_tokens=int(env.get("ENVACE_JUDGE_MAX_TOKENS", 6000)),
         json_schema=env.get("ENVACE_JUDGE_JSON_SCHEMA", "1") not in ("0", "false", "False"),
+        reason_max_chars=int(env["ENVACE_JUDGE_REASON_MAX_CHARS"]) if env.get("ENVACE_JUDGE_REASON_MAX_CHARS")
+        else None,
         prompt_name=reward_rules_from_env(env).judge_prompt,
     )
 
@@ -444,7 +459,8 @@ class ChecklistJudge:
                     model=self.config.model, messages=messages, temperature=self.config.temperature,
                     top_p=self.config.top_p, max_tokens=self.config.max_tokens,
                     extra_body=self.config.extra_body or None,
-                    **({"response_format": VERDICT_FORMAT} if self.config.json_schema else {}),
+                    **({"response_format": verdict_format(self.config.reason_max_chars)}
+                       if self.config.json_schema else {}),
                 )
                 text = reply.choices[0].message.content
             except openai.APITimeoutError:

