@@ -75,7 +75,8 @@ def run_spec(run):
     spec = CFG["training"]["runs"][run]
     payload = {
         "run": run,
-        "hash": config_hash(training_key(CFG, run)),  # the run plus training.data/judge/reward(_rules)
+        # the run plus training.data / judge / reward / reward_rules (envace.config.training_key)
+        "hash": config_hash(training_key(CFG, run)),
         "spec": spec,
         "scale": CFG["scale"],
     }
