@@ -5,17 +5,17 @@ via ``--config-path/--config-name`` plus overrides from ``config.yaml``), the en
 (``VERL_USE_EXTERNAL_MODULES=envace.verl_ext`` so every Ray process registers our extension), resume
 (``trainer.resume_mode=auto`` on the run's checkpoint dir, which Snakemake does not own), a check after
 the driver exits that the last checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
-could run 0 steps and exit 0), and the done-file written atomically. Inside a Slurm job (any number of
-nodes, GPU or CPU platform) the driver runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers,
-node/GPU checks, teardown; :func:`ray_slurm_command`, which also moves the CPU platform's ``ray.init``
-values to ``ray start``).
+could run 0 steps and exit 0), and the done-file written atomically. A multi-node run inside a Slurm job
+runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers, node/GPU checks, teardown;
+:func:`ray_slurm_command`, which also moves the CPU platform's ``ray.init`` values to ``ray start``).
 A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b.yaml`` (trainer mode
 ``envace_per_role_sync``, two policies; see :mod:`envace.verl_ext.per_role_trainer`); the Ray cluster
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
 cannot be split evenly exits 2 with the reason.
 Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the whole
-driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py), and under Slurm through the Ray
-launcher at one node (``make smoke-slurm``, tests/slurm). More than one node needs a real cluster.
+driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node with
+verl's own local Ray (``make smoke-slurm``, tests/slurm). The launcher ran one training job through
+Slurm at one node (scancel + resume, 2026-12-01), not in CI: concurrent jobs on one node collide.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def build_command(
     overrides: Mapping[str, Any] | None = None,
     data: str | None = None,
 ) -> list[str]:
-    """argv of the verl driver for ``run``; inside a Slurm job it goes through the Ray launcher
-    (:func:`ray_slurm_command`).
+    """argv of the verl driver for ``run``; a multi-node run inside a Slurm job goes through the Ray
+    launcher (:func:`ray_slurm_command`).
 
     ``overrides``: Hydra overrides known only at launch (e.g. the simulator server's URL), appended last.
     """
@@ -66,7 +66,11 @@ def build_command(
         f"hydra.run.dir={checkpoint_dir}/hydra",  # Hydra's run folder (resolved config), not ./outputs
         *extra,
     ]
-    if os.environ.get("SLURM_JOB_ID"):  # the same launcher at every size, one node included
+    # One node: verl's own local Ray. Through the launcher, train jobs sharing a node collided on Ray's
+    # port 6379 and the launcher's `ray stop --force` stopped the other job's Ray (smoke DAG under
+    # localhost Slurm, 2026-12-01): multi-node runs only, until the launcher has per-job ports and stops
+    # only its own Ray.
+    if int(spec["nodes"]) > 1 and os.environ.get("SLURM_JOB_ID"):
         argv = ray_slurm_command(argv, spec)
     return argv
 
@@ -78,7 +82,7 @@ RAY_INIT_OVERRIDES = ("ray_kwargs.ray_init.num_cpus=", "+ray_kwargs.ray_init.num
 
 
 def ray_slurm_command(driver: list[str], spec: Mapping[str, Any]) -> list[str]:
-    """``driver`` under ``scripts/ray_slurm_launch.sh``: every run inside a Slurm job, at both scales.
+    """``driver`` under ``scripts/ray_slurm_launch.sh`` (a multi-node run inside a Slurm job).
 
     The launcher starts a Ray head (and one Ray node per further allocated node) with the run's GPUs
     per node, checks that Ray sees them, runs the driver with ``RAY_ADDRESS`` and stops Ray on exit.
