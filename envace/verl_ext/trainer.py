@@ -132,6 +132,16 @@ class JudgeFailureError(RuntimeError):
     """Too many of a step's trajectories had a checklist verdict that failed (judge down or broken)."""
 
 
+def extra_field(extra: Any, key: str, default: Any = None) -> Any:
+    """``extra_fields[key]`` of one TransferQueue row, ``default`` when the row has none; the row and its
+    values may come back from TransferQueue wrapped (``.data``)."""
+    data = getattr(extra, "data", extra)
+    if not hasattr(data, "get"):
+        return default
+    value = data.get(key, default)
+    return getattr(value, "data", value)
+
+
 def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
     """Per step, from the rows' ``extra_fields["reward_extra_info"]`` (set by the agent loop from
     :func:`envace.reward.compute_score`, copied by verl to every row of a trajectory): counted once per
@@ -142,12 +152,9 @@ def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
     for extra, tag in zip(extra_fields, list(tags) if tags else [None] * len(extra_fields), strict=True):
         if tag and tag.get("is_padding", False):
             continue
-        data = getattr(extra, "data", extra)
-        data = data if hasattr(data, "get") else {}
-        if int(getattr(data.get("envace_row", 0), "data", data.get("envace_row", 0)) or 0) != 0:
+        if int(extra_field(extra, "envace_row", 0) or 0) != 0:
             continue
-        info = data.get("reward_extra_info") or {}
-        info = getattr(info, "data", info) if not hasattr(info, "get") else info
+        info = extra_field(extra, "reward_extra_info") or {}
         trajectories += 1
         n = int(float(info.get("judge_failures", 0) or 0)) if hasattr(info, "get") else 0
         failures += n
@@ -176,11 +183,7 @@ def check_judge_failures(stats: Mapping[str, float], max_share: float, step: int
 def row_penalty_of(extra: Any) -> float:
     """A row's ``extra_fields["envace_row_penalty"]`` (0 when absent: padding, other agent loops); the
     values may come back from TransferQueue wrapped (``.data``)."""
-    data = getattr(extra, "data", extra)
-    if not hasattr(data, "get"):
-        return 0.0
-    value = data.get("envace_row_penalty", 0.0)
-    return float(getattr(value, "data", value) or 0.0)
+    return float(extra_field(extra, "envace_row_penalty", 0.0) or 0.0)
 
 
 def penalised_scores(rows: list[Any], penalties: list[float]) -> list[Any]:
@@ -200,11 +203,9 @@ def row_role(extra: Any, tag: dict[str, Any] | None) -> str | None:
     """The role of one TransferQueue row (``None`` for a padding row)."""
     if tag and tag.get("is_padding", False):
         return None
-    data = getattr(extra, "data", extra)
-    if hasattr(data, "get"):
-        role = data.get("envace_role")
-        if role is not None:
-            return str(getattr(role, "data", role))
+    role = extra_field(extra, "envace_role")
+    if role is not None:
+        return str(role)
     raise ValueError("a training row has no extra_fields['envace_role']: is the agent loop envace_rehearsal?")
 
 
