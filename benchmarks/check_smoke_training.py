@@ -1,6 +1,8 @@
 """Check the smoke DAG's training runs: each trained with verl's ``main_ppo`` (its own step lines in the
-run's log, at least 3), the EnvACE runs' batches held ACT and REHEARSE rows, and rewards were not all
-equal. Reads the rule logs (``<results>/logs/train/<run>.log``) and verl's metrics
+run's log, at least 3), the EnvACE runs' batches held ACT and REHEARSE rows, rewards were not all
+equal and some trajectory earned a positive reward (a spread made only of the -0.1 blank-row penalty,
+with every episode ending at its first malformed rehearsal, fails). Prints each run's episode endings
+(``envace/termination/*``). Reads the rule logs (``<results>/logs/train/<run>.log``) and verl's metrics
 (``<checkpoints>/<run>/metrics.jsonl``). Exit 1 with the reasons if a check fails.
 
 Usage: ``python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke``
@@ -30,8 +32,12 @@ def check(results: Path, checkpoints: Path) -> list[str]:
         rehearse = sum(float(r.get("envace/rows/rehearse", 0)) for r in rows)
         act = sum(float(r.get("envace/rows/act", 0)) for r in rows)
         spread = max((float(r["critic/score/max"]) - float(r["critic/score/min"]) for r in rows), default=0.0)
+        best = max((float(r["critic/score/max"]) for r in rows), default=0.0)
+        ends = {k.removeprefix("envace/termination/"): sum(float(r.get(k, 0)) for r in rows) / len(rows)
+                for k in sorted({k for r in rows for k in r if k.startswith("envace/termination/")})}
         print(f"{run}: verl step lines {steps or 'none'}; rows ACT {act:.0f} REHEARSE {rehearse:.0f}; "
-              f"largest in-batch reward spread {spread:.3f}")
+              f"largest in-batch reward spread {spread:.3f}; best reward {best:.3f}; episode ends "
+              + (", ".join(f"{k} {v:.0%}" for k, v in ends.items()) or "not logged"))
         if len(steps) < 3:
             problems.append(f"{run}: {len(steps)} verl step lines in {log} (want >= 3)")
         if not rows:
@@ -42,6 +48,8 @@ def check(results: Path, checkpoints: Path) -> list[str]:
             problems.append(f"{run}: no REHEARSE rows")
         if spread <= 0:
             problems.append(f"{run}: every reward equal in every batch")
+        if best <= 0:
+            problems.append(f"{run}: no trajectory earned a positive reward")
     return problems
 
 

@@ -5,20 +5,31 @@ reward is zero, and a tau^2 user simulator served from it never states a request
 would go unexercised at smoke scale. A few SFT steps on the CM2 fixture records fix that.
 
 Implemented:
-- :func:`sft_sequences` — ``(token ids, prompt length)`` pairs from CM2 training examples, two
-  behaviours told apart by the system turn:
+- :func:`sft_sequences` — ``(token ids, prompt length)`` pairs from CM2 training examples, four
+  behaviours:
   - *acting* (tools listed in the system turn): the example's initial prompt -> its reference first-turn
     tool calls as hermes ``<tool_call>`` blocks;
+  - *rehearsing*: the REHEARSE chat of each reference first-turn call, built by the rollout's own
+    :class:`envace.rehearsal.RehearsalContext` with the training prompt (``rehearsal_v2``) -> the call's
+    reference response in an ``<execution_result>`` block (later calls continue the same chat, as in a
+    rollout). The same prompt reaches the standard-GRPO baseline's simulator, so both runs' episodes go
+    on past the first call;
+  - *answering*: the prompt, the reference calls and their reference responses as tool messages -> a
+    final answer that quotes the first response (ours: the normalised example keeps no reference answer
+    text; any text without a call ends the turn);
   - *simulated user* (no tools): a user-simulator chat (:data:`USER_SYSTEM` + the agent's greeting) ->
     the example's first user request as plain text.
   Each prompt is rendered both without template arguments (what ``vllm serve`` completions and our
-  evaluation use) and with ``enable_thinking=False`` (Qwen3's empty think block).
+  evaluation use) and with ``enable_thinking=False`` (Qwen3's empty think block, the training runs'
+  ``apply_chat_template_kwargs``).
 - :func:`sft` — cross-entropy steps on the response tokens (summed over all responses, divided by their
   count), AdamW, gradient clipping, length-sorted micro-batches; returns the loss per step.
   (The smoke runs then train the warm-started model with verl's main_ppo.)
 
-Simplification: the reference final answers and later turns are not trained on; the model only needs to
-emit parseable protocol text, not good answers. Limit: the fixture prompts are short (about 200-400
+Why all four: with acting alone every rollout's first REHEARSE reply (or simulator reply) was malformed,
+the episode ended there and every verl smoke run scored 0 in every batch (CI, 2026-12-01).
+Simplification: later user turns are not trained on; the model only needs to emit parseable protocol
+text, not good answers. Limit: the fixture prompts are short (about 200-400
 tokens), and the 2-layer model does not carry the behaviour to the 8-9k-token prompts of tau^2 and BFCL
 (tau^2's policy, BFCL's tool docs): there it still emits no parseable call. It does on the CM2
 training prompts (so smoke rewards are non-zero); on FinMCP's short prompts it opens ``<tool_call>`` but
@@ -28,13 +39,22 @@ text, which is what the conversation needs to proceed. Training on long prompts 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from envace.data import TrainingExample
-from envace.tools import ToolCall, render_tool_call
+from envace.rehearsal import (
+    RESULT_CLOSE,
+    RESULT_OPEN,
+    CallCandidate,
+    RehearsalContext,
+    RehearsalPrompt,
+    ToolRegistry,
+)
+from envace.tools import ToolCall, assistant_message, render_tool_call, tool_message
 
 __all__ = ["USER_SYSTEM", "GREETING", "sft_sequences", "sft"]
 
@@ -60,15 +80,44 @@ def _first_user_text(example: TrainingExample) -> str | None:
     return None
 
 
-def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any) -> list[tuple[list[int], int]]:
+def _response_text(response: Any) -> str:
+    """A reference response as the observation text a tool message carries (JSON unless a string)."""
+    return response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+
+
+def _rehearsal_rows(ex: TrainingExample, calls: list[ToolCall], responses: list[str], tokenizer: Any,
+                    prompt: RehearsalPrompt, template_kwargs: dict[str, Any]) -> list[tuple[list[int], int]]:
+    """One row per reference call: its REHEARSE context (as the rollout builds it) -> the reference
+    response in an ``<execution_result>`` block; each reply is recorded so later calls see it."""
+    context = RehearsalContext(tokenizer, prompt, ToolRegistry(ex.tools), list(ex.prompt),
+                               list(ex.references), dict(template_kwargs))
+    caller_text = "\n".join(render_tool_call(c) for c in calls)
+    rows = []
+    for call, response in zip(calls, responses, strict=False):
+        ids = list(context.prompt_ids(CallCandidate(call, caller_text)))
+        target = list(tokenizer.encode(f"{RESULT_OPEN}{response}{RESULT_CLOSE}", add_special_tokens=False))
+        target.append(tokenizer.eos_token_id)
+        rows.append((ids + target, len(ids)))
+        context.record_response(target)
+    return rows
+
+
+def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
+                  rehearsal_prompt: str = "rehearsal_v2") -> list[tuple[list[int], int]]:
     """SFT rows ``(prompt ids + response ids + [eos], len(prompt ids))`` (see the module docstring)."""
     eos = tokenizer.eos_token_id
+    prompt = RehearsalPrompt(rehearsal_prompt)
     rows: list[tuple[list[int], int]] = []
     for ex in examples:
         targets: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]] = []
         calls = [ToolCall(c["name"], c["arguments"]) for c in ex.reference_calls]
+        responses = [_response_text(r["response"]) for r in ex.references[: len(calls)]]
         if calls:
             targets.append((ex.prompt, ex.tools, "\n".join(render_tool_call(c) for c in calls)))
+        if calls and len(responses) == len(calls):
+            answered = [*ex.prompt, assistant_message("", calls),
+                        *(tool_message(r, c.name) for c, r in zip(calls, responses, strict=True))]
+            targets.append((answered, ex.tools, f"The result: {responses[0]}"))
         request = _first_user_text(ex)
         if request is not None:
             chat = [{"role": "system", "content": USER_SYSTEM}, {"role": "user", "content": GREETING}]
@@ -78,6 +127,8 @@ def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any) -> list[t
             for kwargs in _TEMPLATE_VARIANTS:
                 ids = _prompt_ids(tokenizer, messages, tools, kwargs)
                 rows.append((ids + target, len(ids)))
+        for kwargs in _TEMPLATE_VARIANTS:
+            rows.extend(_rehearsal_rows(ex, calls, responses, tokenizer, prompt, kwargs))
     return rows
 
 

@@ -19,7 +19,7 @@ def repo_root() -> Path:
 def warm_tiny_model(tmp_path_factory) -> Path:
     """The smoke model, built once per test session exactly as the smoke DAG builds it (``envace
     tiny-model`` with ``config/smoke.yaml``'s ``tiny_model`` warm start on the CM2 fixture records):
-    the tests that run ``vllm serve`` / verl's ``main_ppo`` for real share it (a build is ~1 min)."""
+    the tests that run ``vllm serve`` / verl's ``main_ppo`` for real share it (a build is ~2.5 min)."""
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     tiny = cfg["tiny_model"]
     out = tmp_path_factory.mktemp("warm_tiny") / "tiny"

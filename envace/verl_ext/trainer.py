@@ -13,6 +13,8 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   :class:`JudgeFailureError` when the share exceeds ``envace.max_judge_failure_share``: a judge server
   that died mid-training is never a silent reward of 0. ``envace train`` copies the per-step counts into
   its done-file.
+- Episode endings (:func:`termination_stats`): each step logs ``envace/termination/<reason>``, the share
+  of its trajectories that ended for each :class:`envace.rollout.Termination` reason.
 - :meth:`EnvaceTrainer._update_actor`: one optimizer step per batch (authors' script). verl sizes PPO
   mini-batches as ``ppo_mini_batch_size x rollout.n`` rows, which assumes one row per rollout; with one
   row per generation a step has many more rows, so the mini-batch is set to the whole (padded) batch for
@@ -166,6 +168,23 @@ def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
         "envace/judge/dropped": float(dropped),
         "envace/judge/failed_share": failed / trajectories if trajectories else 0.0,
     }
+
+
+def termination_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
+    """Per step, how the trajectories ended: ``envace/termination/<reason>`` = the share of the step's
+    trajectories whose rollout ended for ``reason`` (the agent loop's ``envace_termination``, an
+    :class:`envace.rollout.Termination` value), counted once per trajectory on its first row; padding
+    ignored. A run whose every episode ends ``rehearsal_malformed`` after one call (every reward 0, as
+    the smoke runs before the warm start taught rehearsals) shows it here at step 1."""
+    counts: dict[str, int] = {}
+    for extra, tag in zip(extra_fields, list(tags) if tags else [None] * len(extra_fields), strict=True):
+        if (tag and tag.get("is_padding", False)) or int(extra_field(extra, "envace_row", 0) or 0) != 0:
+            continue
+        reason = extra_field(extra, "envace_termination")
+        if reason is not None:
+            counts[str(reason)] = counts.get(str(reason), 0) + 1
+    total = sum(counts.values())
+    return {f"envace/termination/{r}": n / total for r, n in sorted(counts.items())}
 
 
 def check_judge_failures(stats: Mapping[str, float], max_share: float, step: int) -> None:
@@ -337,6 +356,7 @@ class EnvaceTrainer(PPOTrainerSync):
             metrics.setdefault(f"envace/rows/{role}", sum(r == role for r in roles))
         judge = judge_failure_stats(data["extra_fields"], batch.tags)
         metrics.update(judge)
+        metrics.update(termination_stats(data["extra_fields"], batch.tags))
         envace = self.config.get("envace", None) or {}
         check_judge_failures(judge, float(envace.get("max_judge_failure_share", 0.5)), self.global_steps)
         self._apply_row_penalties(batch, data["extra_fields"], metrics)

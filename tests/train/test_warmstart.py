@@ -6,6 +6,7 @@ import torch
 
 from envace.cli import main
 from envace.data import convert
+from envace.rehearsal import OutcomeKind, parse_rehearsal_output
 from envace.tiny_model import tiny_model_and_tokenizer
 from envace.warmstart import GREETING, USER_SYSTEM, sft, sft_sequences
 
@@ -17,19 +18,40 @@ def _examples(repo_root):
     return convert(str(repo_root / FIXTURE), tok, max_prompt_tokens=10**9)[0]
 
 
-def test_sequences_teach_calls_with_tools_and_text_without(repo_root):
+def test_sequences_teach_calls_rehearsals_answers_and_user_text(repo_root):
     _, tok = tiny_model_and_tokenizer()
     examples = _examples(repo_root)
     rows = sft_sequences(examples, tok)
-    with_calls = sum(bool(ex.reference_calls) for ex in examples)
-    assert len(rows) == 2 * (with_calls + len(examples))  # two template variants per behaviour
+    with_calls = [ex for ex in examples if ex.reference_calls]
+    n_calls = sum(len(ex.reference_calls) for ex in examples)
+    # two template variants per behaviour: act, answer (examples with calls), user (all), rehearse (per call)
+    assert len(rows) == 2 * (2 * len(with_calls) + len(examples) + n_calls)
     texts = [(tok.decode(ids[:p]), tok.decode(ids[p:])) for ids, p in rows]
-    acting = [(prompt, answer) for prompt, answer in texts if "<tools>" in prompt]
+    rehearse = [(prompt, answer) for prompt, answer in texts if "# Call to execute" in prompt]
+    acting = [(prompt, answer) for prompt, answer in texts
+              if "<tools>" in prompt and "<tool_response>" not in prompt]
+    answering = [(prompt, answer) for prompt, answer in texts if "<tool_response>" in prompt]
     user = [(prompt, answer) for prompt, answer in texts if USER_SYSTEM in prompt]
-    assert len(acting) == 2 * with_calls and len(user) == 2 * len(examples)
+    assert len(acting) == len(answering) == 2 * len(with_calls)
+    assert len(user) == 2 * len(examples) and len(rehearse) == 2 * n_calls
     assert all(answer.startswith("<tool_call>") and answer.endswith(tok.eos_token) for _, answer in acting)
     assert all("<tool_call>" not in answer and GREETING in prompt for prompt, answer in user)
+    assert all(answer.startswith("The result: ") for _, answer in answering)
+    # every rehearsal target is what the rollout's parser takes as a result, the reference response
+    responses = {json.dumps(r["response"]) if not isinstance(r["response"], str) else r["response"]
+                 for ex in examples for r in ex.references}
+    for _, answer in rehearse:
+        outcome = parse_rehearsal_output(answer.removesuffix(tok.eos_token))
+        assert outcome.kind == OutcomeKind.RESULT and outcome.observation in responses, answer
     assert all(ids[-1] == tok.eos_token_id and 0 < p < len(ids) for ids, p in rows)
+
+
+def test_a_later_rehearsal_row_continues_the_first_ones_chat(repo_root):
+    _, tok = tiny_model_and_tokenizer()
+    ex = next(ex for ex in _examples(repo_root) if len(ex.reference_calls) > 1)
+    rows = [r for r in sft_sequences([ex], tok) if "# Call to execute" in tok.decode(r[0][:r[1]])]
+    first, second = rows[0], rows[1]  # the first template variant's two calls
+    assert second[0][: len(first[0])] == first[0]  # the second call's context holds the first reply
 
 
 def test_sft_lowers_the_loss_and_changes_only_the_model(repo_root):

@@ -238,6 +238,26 @@ def test_judge_failures_counted_once_per_trajectory_and_stop_the_run():
         "envace/judge/failed_share"] == 0.0  # reference-match reward: no judge, nothing failed
 
 
+def test_terminations_are_shares_of_the_steps_trajectories():
+    """Counted on each trajectory's first row (envace_row 0); padding and rows without a reason ignored."""
+    from envace.verl_ext.trainer import termination_stats
+
+    extra = [
+        {"envace_row": 0, "envace_termination": "final_answer"},
+        {"envace_row": 1, "envace_termination": "final_answer"},
+        {"envace_row": 0, "envace_termination": "rehearsal_malformed"},
+        {"envace_row": 0, "envace_termination": "final_answer"},
+        {"envace_row": 0, "envace_termination": "max_turns"},
+        {"envace_row": 0, "envace_termination": "final_answer"},
+        {"envace_row": 0},
+    ]
+    tags = [{}, {}, {}, {}, {}, {"is_padding": True}, {}]
+    assert termination_stats(extra, tags) == {"envace/termination/final_answer": 0.5,
+                                              "envace/termination/max_turns": 0.25,
+                                              "envace/termination/rehearsal_malformed": 0.25}
+    assert termination_stats([], None) == {}
+
+
 def test_done_file_lists_judge_failures_per_step(tmp_path):
     key = "envace/judge/failures"
     rows = [{"step": 1, "data": {key: 0.0}}, {"step": 2, "data": {key: 4.0}}]

@@ -4,7 +4,7 @@
 
 
 rule train:
-    """Train one run of training.runs (verl on GPU; the single-process CPU trainer at smoke scale)."""
+    """Train one run of training.runs with verl's main_ppo and our extension (GPUs on the cluster, verl's CPU platform at smoke scale)."""
     input:
         unpack(train_inputs),
     output:
