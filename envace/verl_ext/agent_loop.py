@@ -204,7 +204,8 @@ def rollout_config_from(
 
     ``max_turns`` / ``precheck`` / ``mode`` / ``terminate_on_rehearsal_malformed`` /
     ``terminate_on_rehearsal_error`` (default true) / ``replay_user_turns`` (default true) /
-    ``context_budget`` (default ``per_generation``) come from ``envace``; ``parameters_key`` from
+    ``context_budget`` (default ``per_generation``) / ``rehearsal_prompt`` (default ``rehearsal_v2``)
+    come from ``envace``; ``parameters_key`` from
     ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers' copy); the context limits
     from verl's ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from
     verl's per-sample ``sampling_params`` (which already hold the validation values when validating).
@@ -229,6 +230,7 @@ def rollout_config_from(
         terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", True)),
         replay_user_turns=bool(envace_cfg.get("replay_user_turns", True)),
         context_budget=budget,
+        prompt_name=str(envace_cfg.get("rehearsal_prompt", "rehearsal_v2")),
         parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)
         template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
     )

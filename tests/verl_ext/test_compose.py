@@ -99,6 +99,7 @@ def test_yaml_files_agree_with_config_yaml(run):
     assert c.envace.replay_user_turns == ep["replay_user_turns"]
     assert c.envace.context_budget == ep["context_budget"]
     assert c.algorithm.envace_singleton_advantage == ep["singleton_advantage"]
+    assert c.envace.rehearsal_prompt == ep["rehearsal_prompt"]
 
 
 def test_kl_switch_reaches_verl():
@@ -120,19 +121,22 @@ def test_episode_switches_reach_verl():
     ov = run_overrides(cfg, "envace_8b")
     for o in ("envace.terminate_on_rehearsal_error=true", "envace.replay_user_turns=true",
               "envace.context_budget=per_generation", "algorithm.envace_singleton_advantage=reward",
+              "envace.rehearsal_prompt=rehearsal_v2",
               "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"):
         assert o in ov
     run["episode"] = {"terminate_on_rehearsal_error": False, "replay_user_turns": False,
-                      "context_budget": "episode", "singleton_advantage": "zero"}
+                      "context_budget": "episode", "singleton_advantage": "zero",
+                      "rehearsal_prompt": "rehearsal_v1"}
     run["loss_agg_mode"] = "token-mean"
     ov = run_overrides(cfg, "envace_8b")
     for o in ("envace.terminate_on_rehearsal_error=false", "envace.replay_user_turns=false",
               "envace.context_budget=episode", "algorithm.envace_singleton_advantage=zero",
-              "actor_rollout_ref.actor.loss_agg_mode=token-mean"):
+              "envace.rehearsal_prompt=rehearsal_v1", "actor_rollout_ref.actor.loss_agg_mode=token-mean"):
         assert o in ov
     c = compose("envace_8b", ov)
     assert c.envace.terminate_on_rehearsal_error is False and c.envace.replay_user_turns is False
     assert c.envace.context_budget == "episode" and c.algorithm.envace_singleton_advantage == "zero"
+    assert c.envace.rehearsal_prompt == "rehearsal_v1"
     assert c.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
     del run["episode"]  # a run without the block gets the authors' rules
     assert "envace.context_budget=per_generation" in run_overrides(cfg, "envace_8b")
