@@ -46,8 +46,12 @@ recorded in ``messages`` but not appended to the ACT context (nothing is generat
 ``on_act_parse_error="observe"`` (our option; the paper terminates) an unparsable ACT turn is answered
 with ``INVALID_TOOL_CALL_FORMAT`` — by the rehearsing model, or by the harness in ``real`` mode or with a
 precheck. A stop token other than the turn end (e.g. ``<|endoftext|>``) is left in the decoded text.
-``max_turns`` also caps ACT turns inside a user turn (the authors check their 30-turn cap only after a
-final answer; an episode is bounded by their 200 environment steps, ``env.max_steps``). A replayed user
+Turn cap, ``turn_cap``: ``"every_turn"`` (ours; the dataclass default, used by evaluation and
+test-time scaling) ends the episode after ``max_turns`` ACT generations, inside a user turn too;
+``"user_turn_end"`` (the authors': ``max_assistant_turns`` is checked only after a final answer, and the
+episode is bounded by ``env.max_steps`` = 200 environment steps) lets ACT go on calling tools within a
+user turn, checks ``max_turns`` only where a next user turn would start, and ends the episode
+(``MAX_TURNS``) after ``max_env_steps`` ACT generations. Training sets it. A replayed user
 turn and the final answer before it reach the REHEARSE chat: as its history if nothing was rehearsed
 yet, else in the next REHEARSE user message (``rehearsal_v2``'s ``dialogue`` section; the authors
 re-serialise the whole history into a fresh simulator chat for every call, we keep one growing chat
@@ -164,6 +168,8 @@ class RolloutConfig:
     replay_user_turns: bool = True  # authors: later reference user turns are injected (needs user_turns)
     max_user_turns: int = 30  # authors' script: max_user_turns=30
     context_budget: Literal["per_generation", "episode"] = "episode"  # training sets "per_generation"
+    turn_cap: Literal["every_turn", "user_turn_end"] = "every_turn"  # training sets "user_turn_end"
+    max_env_steps: int = 200  # authors' script: env.max_steps=200 (with turn_cap="user_turn_end")
     prompt_name: str = "rehearsal_v2"  # v2: replayed user turns reach every later REHEARSE call
     parameters_key: bool = True  # authors' tool_parser: "parameters" accepted as the arguments key
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": False}
@@ -358,7 +364,10 @@ class _Run:
         per_generation = config.context_budget == "per_generation"
         if config.context_budget not in ("per_generation", "episode"):
             raise ValueError(f"context_budget: per_generation or episode, got {config.context_budget!r}")
-        for turn in range(config.max_turns):
+        if config.turn_cap not in ("every_turn", "user_turn_end"):
+            raise ValueError(f"turn_cap: every_turn or user_turn_end, got {config.turn_cap!r}")
+        generations = config.max_turns if config.turn_cap == "every_turn" else config.max_env_steps
+        for turn in range(generations):
             if per_generation:
                 if len(self.act.ids) > config.max_prompt_tokens:
                     return self._finish(Termination.CONTEXT_LIMIT, turn)
@@ -415,7 +424,7 @@ class _Run:
             self.segments.append((TokenRole.OBSERVATION, len(delta)))
             if not per_generation and len(self.act.ids) >= self.limit:
                 return self._finish(Termination.CONTEXT_LIMIT, turn + 1)
-        return self._finish(Termination.MAX_TURNS, config.max_turns)
+        return self._finish(Termination.MAX_TURNS, generations)
 
 
 async def run_rollout(

@@ -204,13 +204,13 @@ def rollout_config_from(
 
     ``max_turns`` / ``precheck`` / ``mode`` / ``terminate_on_rehearsal_malformed`` /
     ``terminate_on_rehearsal_error`` (default true) / ``replay_user_turns`` (default true) /
-    ``context_budget`` (default ``per_generation``) / ``rehearsal_prompt`` (default ``rehearsal_v2``)
-    come from ``envace``; ``parameters_key`` from
-    ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers' copy); the context limits
-    from verl's ``rollout.prompt_length`` / ``response_length``; sampling (temperature, top_p) from
-    verl's per-sample ``sampling_params`` (which already hold the validation values when validating).
-    Chat-template arguments: verl's ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking:
-    false``), then ``envace.template_kwargs`` on top.
+    ``context_budget`` (default ``per_generation``) / ``rehearsal_prompt`` (default ``rehearsal_v2``) /
+    ``turn_cap`` (default ``user_turn_end``) / ``max_env_steps`` (default 200) come from ``envace``;
+    ``parameters_key`` from ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers'
+    copy); the context limits from verl's ``rollout.prompt_length`` / ``response_length``; sampling
+    (temperature, top_p) from verl's per-sample ``sampling_params`` (which already hold the validation
+    values when validating). Chat-template arguments: verl's ``data.apply_chat_template_kwargs``
+    (e.g. ``enable_thinking: false``), then ``envace.template_kwargs`` on top.
     """
     sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
     response_length = int(rollout_cfg.response_length)
@@ -231,6 +231,8 @@ def rollout_config_from(
         replay_user_turns=bool(envace_cfg.get("replay_user_turns", True)),
         context_budget=budget,
         prompt_name=str(envace_cfg.get("rehearsal_prompt", "rehearsal_v2")),
+        turn_cap=str(envace_cfg.get("turn_cap", "user_turn_end")),
+        max_env_steps=int(envace_cfg.get("max_env_steps", 200)),
         parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)
         template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
     )

@@ -2,8 +2,8 @@
 
 Implemented: :func:`run_overrides` turns ``training.runs.<run>`` (the single source of truth) into Hydra
 override strings for verl's ``ppo_trainer`` (its ``episode`` block -> ``envace.terminate_on_rehearsal_error``,
-``envace.replay_user_turns``, ``envace.context_budget``, ``envace.rehearsal_prompt``,
-``algorithm.envace_singleton_advantage``);
+``envace.replay_user_turns``, ``envace.context_budget``, ``envace.rehearsal_prompt``, ``envace.turn_cap``,
+``envace.max_env_steps``, ``algorithm.envace_singleton_advantage``);
 :func:`compose` composes ``envace/verl_ext/config/<run>.yaml``
 (which holds only differences from verl's defaults) with those overrides using Hydra's compose API, the
 same composition ``python -m verl.trainer.main_ppo --config-path ... --config-name <run>`` performs.
@@ -39,6 +39,8 @@ EPISODE_DEFAULTS: dict[str, Any] = {
     "context_budget": "per_generation",
     "singleton_advantage": "reward",
     "rehearsal_prompt": "rehearsal_v2",
+    "turn_cap": "user_turn_end",
+    "max_env_steps": 200,
 }
 
 
@@ -112,6 +114,8 @@ def run_overrides(
         "envace.replay_user_turns": bool(ep["replay_user_turns"]),
         "envace.context_budget": ep["context_budget"],
         "envace.rehearsal_prompt": ep["rehearsal_prompt"],
+        "envace.turn_cap": ep["turn_cap"],
+        "envace.max_env_steps": int(ep["max_env_steps"]),
         "algorithm.envace_singleton_advantage": ep["singleton_advantage"],
     }
     if r.get("algorithm") == "grpo":

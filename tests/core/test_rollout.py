@@ -347,6 +347,28 @@ def test_replay_counts_max_turns_over_the_dialogue(tokenizer, scripted) -> None:
     assert capped.termination == Termination.MAX_TURNS and capped.num_turns == 1
 
 
+def test_authors_turn_cap_is_checked_where_a_user_turn_ends(tokenizer, scripted) -> None:
+    """turn_cap="user_turn_end" (the authors'): ACT calls tools past max_turns inside a user turn; the cap
+    decides only whether the next user turn starts; max_env_steps bounds the episode. The default
+    ("every_turn") ends the same episode at max_turns."""
+    script = [CALL, RESULT, CALL, RESULT, CALL, RESULT, "It is 4 degrees."]
+    authors = RolloutConfig(max_turns=2, turn_cap="user_turn_end")
+    traj = roll(scripted(script), tokenizer, authors, user_turns=["u1"])
+    assert traj.termination == Termination.MAX_TURNS and traj.num_turns == 4 and traj.user_turns == 1
+    assert [m["role"] for m in traj.messages].count("tool") == 3  # three calls inside user turn 0
+    ours = roll(scripted(script), tokenizer, RolloutConfig(max_turns=2), user_turns=["u1"])
+    assert ours.termination == Termination.MAX_TURNS and ours.num_turns == 2
+    # under the cap at the turn's end: the next user turn starts
+    goes_on = roll(scripted(script + ["B."]), tokenizer, RolloutConfig(max_turns=5, turn_cap="user_turn_end"),
+                   user_turns=["u1"])
+    assert goes_on.termination == Termination.FINAL_ANSWER and goes_on.user_turns == 2
+    bounded = roll(scripted([CALL, RESULT] * 5), tokenizer,
+                   RolloutConfig(max_turns=2, turn_cap="user_turn_end", max_env_steps=3))
+    assert bounded.termination == Termination.MAX_TURNS and bounded.num_turns == 3
+    with pytest.raises(ValueError, match="turn_cap"):
+        roll(scripted(["A."]), tokenizer, RolloutConfig(turn_cap="sometimes"))  # type: ignore[arg-type]
+
+
 def test_continue_dialogue_hook(tokenizer, scripted) -> None:
     asked = []
 

@@ -188,11 +188,14 @@ def test_episode_rule_defaults_and_switches_from_verl_config():
     cfg = rollout_config_from({}, rollout, {})
     assert cfg.terminate_on_rehearsal_error is True and cfg.replay_user_turns is True
     assert cfg.context_budget == "per_generation" and cfg.prompt_name == "rehearsal_v2"
+    assert cfg.turn_cap == "user_turn_end" and cfg.max_env_steps == 200
     assert (cfg.max_prompt_tokens, cfg.max_response_tokens, cfg.act_sampling["max_tokens"]) == (100, 50, 50)
     old = rollout_config_from({"terminate_on_rehearsal_error": False, "replay_user_turns": False,
-                               "context_budget": "episode", "rehearsal_prompt": "rehearsal_v1"}, rollout, {})
+                               "context_budget": "episode", "rehearsal_prompt": "rehearsal_v1",
+                               "turn_cap": "every_turn"}, rollout, {})
     assert old.terminate_on_rehearsal_error is False and old.replay_user_turns is False
     assert old.context_budget == "episode" and old.prompt_name == "rehearsal_v1"
+    assert old.turn_cap == "every_turn"
 
 
 class ScriptedServerManager:

@@ -100,6 +100,7 @@ def test_yaml_files_agree_with_config_yaml(run):
     assert c.envace.context_budget == ep["context_budget"]
     assert c.algorithm.envace_singleton_advantage == ep["singleton_advantage"]
     assert c.envace.rehearsal_prompt == ep["rehearsal_prompt"]
+    assert c.envace.turn_cap == ep["turn_cap"] and c.envace.max_env_steps == ep["max_env_steps"]
 
 
 def test_kl_switch_reaches_verl():
@@ -121,22 +122,24 @@ def test_episode_switches_reach_verl():
     ov = run_overrides(cfg, "envace_8b")
     for o in ("envace.terminate_on_rehearsal_error=true", "envace.replay_user_turns=true",
               "envace.context_budget=per_generation", "algorithm.envace_singleton_advantage=reward",
-              "envace.rehearsal_prompt=rehearsal_v2",
+              "envace.rehearsal_prompt=rehearsal_v2", "envace.turn_cap=user_turn_end",
+              "envace.max_env_steps=200",
               "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"):
         assert o in ov
     run["episode"] = {"terminate_on_rehearsal_error": False, "replay_user_turns": False,
                       "context_budget": "episode", "singleton_advantage": "zero",
-                      "rehearsal_prompt": "rehearsal_v1"}
+                      "rehearsal_prompt": "rehearsal_v1", "turn_cap": "every_turn"}
     run["loss_agg_mode"] = "token-mean"
     ov = run_overrides(cfg, "envace_8b")
     for o in ("envace.terminate_on_rehearsal_error=false", "envace.replay_user_turns=false",
               "envace.context_budget=episode", "algorithm.envace_singleton_advantage=zero",
-              "envace.rehearsal_prompt=rehearsal_v1", "actor_rollout_ref.actor.loss_agg_mode=token-mean"):
+              "envace.rehearsal_prompt=rehearsal_v1", "envace.turn_cap=every_turn",
+              "envace.max_env_steps=200", "actor_rollout_ref.actor.loss_agg_mode=token-mean"):
         assert o in ov
     c = compose("envace_8b", ov)
     assert c.envace.terminate_on_rehearsal_error is False and c.envace.replay_user_turns is False
     assert c.envace.context_budget == "episode" and c.algorithm.envace_singleton_advantage == "zero"
-    assert c.envace.rehearsal_prompt == "rehearsal_v1"
+    assert c.envace.rehearsal_prompt == "rehearsal_v1" and c.envace.turn_cap == "every_turn"
     assert c.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
     del run["episode"]  # a run without the block gets the authors' rules
     assert "envace.context_budget=per_generation" in run_overrides(cfg, "envace_8b")
