@@ -5,17 +5,18 @@ via ``--config-path/--config-name`` plus overrides from ``config.yaml``), the en
 (``VERL_USE_EXTERNAL_MODULES=envace.verl_ext`` so every Ray process registers our extension), resume
 (``trainer.resume_mode=auto`` on the run's checkpoint dir, which Snakemake does not own), a check after
 the driver exits that the last checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
-could run 0 steps and exit 0), and the done-file written atomically. A multi-node run inside a Slurm job
-runs under ``scripts/ray_slurm_launch.sh`` (Ray head + workers, node/GPU checks, teardown;
-:func:`ray_slurm_command`, which also moves the CPU platform's ``ray.init`` values to ``ray start``).
+could run 0 steps and exit 0), and the done-file written atomically. Inside a Slurm job (one node or
+many) the run goes through ``scripts/ray_slurm_launch.sh`` (Ray head + workers with per-job ports and Ray
+folder, node/GPU checks, a teardown that ends only this job's Ray; :func:`ray_slurm_command`, which also
+moves the CPU platform's ``ray.init`` values to ``ray start``); outside Slurm verl starts its own local Ray.
 A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b.yaml`` (trainer mode
 ``envace_per_role_sync``, two policies; see :mod:`envace.verl_ext.per_role_trainer`); the Ray cluster
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
 cannot be split evenly exits 2 with the reason.
 Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the whole
-driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node with
-verl's own local Ray (``make smoke-slurm``, tests/slurm). The launcher ran one training job through
-Slurm at one node (scancel + resume, 2026-12-01), not in CI: concurrent jobs on one node collide.
+driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node through
+the launcher (``make smoke-slurm``: train jobs side by side on one node, each with its own Ray;
+tests/slurm: ``scancel`` and resume). More than one node: a dry run only (tests/verl_ext/test_launch.py).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def build_command(
     overrides: Mapping[str, Any] | None = None,
     data: str | None = None,
 ) -> list[str]:
-    """argv of the verl driver for ``run``; a multi-node run inside a Slurm job goes through the Ray
-    launcher (:func:`ray_slurm_command`).
+    """argv of the verl driver for ``run``; inside a Slurm job it goes through the Ray launcher
+    (:func:`ray_slurm_command`), at one node as at many.
 
     ``overrides``: Hydra overrides known only at launch (e.g. the simulator server's URL), appended last.
     """
@@ -66,11 +67,10 @@ def build_command(
         f"hydra.run.dir={checkpoint_dir}/hydra",  # Hydra's run folder (resolved config), not ./outputs
         *extra,
     ]
-    # One node: verl's own local Ray. Through the launcher, train jobs sharing a node collided on Ray's
-    # port 6379 and the launcher's `ray stop --force` stopped the other job's Ray (smoke DAG under
-    # localhost Slurm, 2026-12-01): multi-node runs only, until the launcher has per-job ports and stops
-    # only its own Ray.
-    if int(spec["nodes"]) > 1 and os.environ.get("SLURM_JOB_ID"):
+    # Inside a Slurm job (one node or many) the driver joins the launcher's Ray, as on the cluster. Jobs
+    # sharing a node (the smoke DAG's train jobs under localhost Slurm) each get their own ports, Ray
+    # folder and teardown (scripts/ray_slurm_launch.sh); outside Slurm verl starts its own local Ray.
+    if os.environ.get("SLURM_JOB_ID"):
         argv = ray_slurm_command(argv, spec)
     return argv
 
@@ -82,7 +82,7 @@ RAY_INIT_OVERRIDES = ("ray_kwargs.ray_init.num_cpus=", "+ray_kwargs.ray_init.num
 
 
 def ray_slurm_command(driver: list[str], spec: Mapping[str, Any]) -> list[str]:
-    """``driver`` under ``scripts/ray_slurm_launch.sh`` (a multi-node run inside a Slurm job).
+    """``driver`` under ``scripts/ray_slurm_launch.sh`` (a run inside a Slurm job).
 
     The launcher starts a Ray head (and one Ray node per further allocated node) with the run's GPUs
     per node, checks that Ray sees them, runs the driver with ``RAY_ADDRESS`` and stops Ray on exit.

@@ -26,14 +26,15 @@ def test_command_line(monkeypatch):
     assert f"data.train_files={os.path.abspath(CFG['paths']['data'])}/cm2_train.parquet" in argv
 
 
-def test_multinode_goes_through_slurm_launcher(monkeypatch):
+def test_runs_in_slurm_go_through_the_launcher(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     argv = L.build_command(CFG, "envace_8b", "/ck")
     sep = argv.index("--")
     assert argv[:2] == ["bash", str(L.SLURM_SCRIPT)]
     assert argv[2:sep] == ["--nodes", "2", "--gpus-per-node", "8", "--python", sys.executable]
     assert argv[sep + 1:sep + 3] == [sys.executable, "-m"]
-    assert L.build_command(CFG, "envace_1p7b", "/ck")[1] == "-m"  # one node: verl's own local Ray
+    one = L.build_command(CFG, "envace_1p7b", "/ck")  # one node: the same launcher
+    assert one[:2] == ["bash", str(L.SLURM_SCRIPT)] and one[2:4] == ["--nodes", "1"]
     monkeypatch.delenv("SLURM_JOB_ID")
     assert L.build_command(CFG, "envace_8b", "/ck")[1] == "-m"  # outside Slurm: verl's own local Ray
 
@@ -174,6 +175,7 @@ def fake_slurm(tmp_path):
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_JOB_ID": "307",
         "SLURM_CPUS_ON_NODE": "16",
         "RAY_START_WAIT": "0",
     }
@@ -190,9 +192,22 @@ def test_slurm_script_dry_run(fake_slurm):
     )
     assert p.returncode == 0, p.stderr
     out = p.stdout
-    assert "-w n1 ray start --head --port=6379" in out and "--num-gpus=8" in out and "--num-cpus=16" in out
-    assert "srun --overlap --nodes=1 --ntasks=1 -w n2 ray start --address=n1:6379" in out
-    assert "+ echo hi" in out and out.count("ray stop --force") == 2
+    # job 307: ports 22800.. (GCS, client server, dashboard agent, workers), its own Ray folder
+    head = next(line for line in out.splitlines() if "ray start --head" in line)
+    assert "srun --overlap --nodes=1 --ntasks=1 -w n1 ray start --head --port=22800" in head
+    for flag in ("--ray-client-server-port=22801", "--dashboard-agent-listen-port=22802",
+                 "--min-worker-port=22810", "--max-worker-port=23199", "--temp-dir=/tmp/ray_j307",
+                 "--num-gpus=8", "--num-cpus=16", "--block"):
+        assert flag in head, flag
+    worker = next(line for line in out.splitlines() if "-w n2 ray start" in line)
+    assert "ray start --address=n1:22800 " in worker and "--min-worker-port=22810" in worker
+    assert "--ray-client-server-port" not in worker
+    # the teardown ends this job's own `ray start` steps; `ray stop` would end every Ray on the node
+    assert "+ echo hi" in out and "ray stop" not in out and "+ kill -TERM <ray start steps>" in out
+    other = subprocess.run(
+        ["bash", script, "--nodes", "2", "--gpus-per-node", "8", "--dry-run", "--", "true"],
+        env={**fake_slurm, "SLURM_JOB_ID": "308"}, capture_output=True, text=True, timeout=30)
+    assert "--port=23200" in other.stdout and "--temp-dir=/tmp/ray_j308" in other.stdout  # a job beside it
     bad = subprocess.run(
         ["bash", script, "--nodes", "3", "--gpus-per-node", "8", "--dry-run", "--", "true"],
         env=fake_slurm,
