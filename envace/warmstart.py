@@ -85,13 +85,14 @@ def _response_text(response: Any) -> str:
     return response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
 
 
-def _rehearsal_rows(ex: TrainingExample, calls: list[ToolCall], responses: list[str], tokenizer: Any,
-                    prompt: RehearsalPrompt, template_kwargs: dict[str, Any]) -> list[tuple[list[int], int]]:
-    """One row per reference call: its REHEARSE context (as the rollout builds it) -> the reference
-    response in an ``<execution_result>`` block; each reply is recorded so later calls see it."""
+def _rehearsal_rows(ex: TrainingExample, calls: list[ToolCall], caller_text: str, responses: list[str],
+                    tokenizer: Any, prompt: RehearsalPrompt, template_kwargs: dict[str, Any]
+                    ) -> list[tuple[list[int], int]]:
+    """One row per reference call: its REHEARSE context (as the rollout builds it; ``caller_text`` the
+    ACT turn that made the calls) -> the reference response in an ``<execution_result>`` block; each
+    reply is recorded so later calls see it."""
     context = RehearsalContext(tokenizer, prompt, ToolRegistry(ex.tools), list(ex.prompt),
                                list(ex.references), dict(template_kwargs))
-    caller_text = "\n".join(render_tool_call(c) for c in calls)
     rows = []
     for call, response in zip(calls, responses, strict=False):
         ids = list(context.prompt_ids(CallCandidate(call, caller_text)))
@@ -112,8 +113,9 @@ def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
         targets: list[tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]] = []
         calls = [ToolCall(c["name"], c["arguments"]) for c in ex.reference_calls]
         responses = [_response_text(r["response"]) for r in ex.references[: len(calls)]]
+        act_text = "\n".join(render_tool_call(c) for c in calls)
         if calls:
-            targets.append((ex.prompt, ex.tools, "\n".join(render_tool_call(c) for c in calls)))
+            targets.append((ex.prompt, ex.tools, act_text))
         if calls and len(responses) == len(calls):
             answered = [*ex.prompt, assistant_message("", calls),
                         *(tool_message(r, c.name) for c, r in zip(calls, responses, strict=True))]
@@ -128,7 +130,7 @@ def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
                 ids = _prompt_ids(tokenizer, messages, tools, kwargs)
                 rows.append((ids + target, len(ids)))
         for kwargs in _TEMPLATE_VARIANTS:
-            rows.extend(_rehearsal_rows(ex, calls, responses, tokenizer, prompt, kwargs))
+            rows.extend(_rehearsal_rows(ex, calls, act_text, responses, tokenizer, prompt, kwargs))
     return rows
 
 

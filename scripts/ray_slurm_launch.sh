@@ -80,7 +80,7 @@ wait_ray() {
     sleep 2
   done
 }
-rm -f "$RAY_TMP/ray_current_cluster"  # a file left by an earlier job with this id (a requeue) is stale
+run rm -f "$RAY_TMP/ray_current_cluster"  # a file left by an earlier job with this id (a requeue) is stale
 start_step "${STEP[@]}" -w "$HEAD" ray start --head "${PORTS[@]}" --temp-dir="$RAY_TMP" --num-cpus="$CPUS" \
   --num-gpus="$GPUS" --include-dashboard=false --disable-usage-stats --block
 wait_ray

@@ -61,7 +61,7 @@ loop (a row without a role is a clear error).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from omegaconf import open_dict
@@ -144,6 +144,15 @@ def extra_field(extra: Any, key: str, default: Any = None) -> Any:
     return getattr(value, "data", value)
 
 
+def first_rows(extra_fields: Any, tags: Any) -> Iterator[Any]:
+    """The ``extra_fields`` of each trajectory's first row (``envace_row == 0``), padding rows skipped:
+    one entry per trajectory of the step, for per-trajectory counts."""
+    for extra, tag in zip(extra_fields, list(tags) if tags else [None] * len(extra_fields), strict=True):
+        if (tag and tag.get("is_padding", False)) or int(extra_field(extra, "envace_row", 0) or 0) != 0:
+            continue
+        yield extra
+
+
 def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
     """Per step, from the rows' ``extra_fields["reward_extra_info"]`` (set by the agent loop from
     :func:`envace.reward.compute_score`, copied by verl to every row of a trajectory): counted once per
@@ -151,11 +160,7 @@ def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
     verdicts), ``envace/judge/failed_trajectories``, ``envace/judge/dropped`` and
     ``envace/judge/failed_share`` (failed trajectories / trajectories; 0 when no judge ran)."""
     failures = failed = dropped = trajectories = 0
-    for extra, tag in zip(extra_fields, list(tags) if tags else [None] * len(extra_fields), strict=True):
-        if tag and tag.get("is_padding", False):
-            continue
-        if int(extra_field(extra, "envace_row", 0) or 0) != 0:
-            continue
+    for extra in first_rows(extra_fields, tags):
         info = extra_field(extra, "reward_extra_info") or {}
         trajectories += 1
         n = int(float(info.get("judge_failures", 0) or 0)) if hasattr(info, "get") else 0
@@ -177,9 +182,7 @@ def termination_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
     ignored. A run whose every episode ends ``rehearsal_malformed`` after one call (every reward 0, as
     the smoke runs before the warm start taught rehearsals) shows it here at step 1."""
     counts: dict[str, int] = {}
-    for extra, tag in zip(extra_fields, list(tags) if tags else [None] * len(extra_fields), strict=True):
-        if (tag and tag.get("is_padding", False)) or int(extra_field(extra, "envace_row", 0) or 0) != 0:
-            continue
+    for extra in first_rows(extra_fields, tags):
         reason = extra_field(extra, "envace_termination")
         if reason is not None:
             counts[str(reason)] = counts.get(str(reason), 0) + 1
