@@ -64,6 +64,10 @@ def smoke_inputs(tmp_path_factory, warm_tiny_model) -> dict[str, Path]:
     cfg["paths"]["data"] = str(data)
     for name, run in cfg["training"]["runs"].items():
         run.update(base_model=str(model), total_steps=2, save_every=2, val_every=2)
+        if run["algorithm"] == "envace":
+            # groups of 4: with the warm-started model about 70% of episodes succeed, so groups of 2 had
+            # equal rewards (zero GRPO advantages) in both steps about one run in ten (CI, stop 20)
+            run["rollouts_per_prompt"] = 4
         if run.get("simulator"):
             run["simulator"] = str(model)
         cfg["training"]["runs"][name] = run
