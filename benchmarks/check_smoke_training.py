@@ -1,11 +1,14 @@
 """Check the smoke DAG's training runs: each trained with verl's ``main_ppo`` (its own step lines in the
 run's log, at least 3), the EnvACE runs' batches held ACT and REHEARSE rows, rewards were not all
 equal and some trajectory earned a positive reward (a spread made only of the -0.1 blank-row penalty,
-with every episode ending at its first malformed rehearsal, fails). Prints each run's episode endings
-(``envace/termination/*``). Reads the rule logs (``<results>/logs/train/<run>.log``) and verl's metrics
-(``<checkpoints>/<run>/metrics.jsonl``). Exit 1 with the reasons if a check fails.
+with every episode ending at its first malformed rehearsal, fails). A per-role run (``roles: per_role``
+in the config) logged both policies' rollout-vs-actor agreement (``envace/rollout_actor_corr/act`` and
+``.../rehearse``) at every step, each at least ``MIN_AGREEMENT``. Prints each run's episode endings
+(``envace/termination/*``) and lowest agreement per policy. Reads the config, the rule logs
+(``<results>/logs/train/<run>.log``) and verl's metrics (``<checkpoints>/<run>/metrics.jsonl``). Exit 1
+with the reasons if a check fails.
 
-Usage: ``python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke``
+Usage: ``python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke [config/smoke.yaml]``
 """
 
 from __future__ import annotations
@@ -15,14 +18,21 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 STEP = re.compile(r"step:(\d+) - ")
+CORR = "envace/rollout_actor_corr/"
+SMOKE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"
+MIN_AGREEMENT = 0.99  # a synced policy measures ~0.9997 on CPU; unsynced REHEARSE weights measured 0.002
 
 
-def check(results: Path, checkpoints: Path) -> list[str]:
+def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
     problems = []
     logs = sorted((results / "logs" / "train").glob("*.log"))
     if not logs:
         return [f"no training logs in {results / 'logs' / 'train'}"]
+    problems += [f"{run}: configured but no training log in {results / 'logs' / 'train'}"
+                 for run in sorted(set(runs_cfg) - {log.stem for log in logs})]
     for log in logs:
         run = log.stem
         steps = sorted({int(m) for m in STEP.findall(log.read_text(errors="replace"))})
@@ -35,9 +45,22 @@ def check(results: Path, checkpoints: Path) -> list[str]:
         best = max((float(r["critic/score/max"]) for r in rows), default=0.0)
         ends = {k.removeprefix("envace/termination/"): sum(float(r.get(k, 0)) for r in rows) / len(rows)
                 for k in sorted({k for r in rows for k in r if k.startswith("envace/termination/")})}
+        # a policy's lowest agreement over the steps; -inf where some step did not log it
+        corr = {k.removeprefix(CORR): min(float(r.get(k, "-inf")) for r in rows)
+                for k in sorted({k for r in rows for k in r if k.startswith(CORR)})}
         print(f"{run}: verl step lines {steps or 'none'}; rows ACT {act:.0f} REHEARSE {rehearse:.0f}; "
               f"largest in-batch reward spread {spread:.3f}; best reward {best:.3f}; episode ends "
-              + (", ".join(f"{k} {v:.0%}" for k, v in ends.items()) or "not logged"))
+              + (", ".join(f"{k} {v:.0%}" for k, v in ends.items()) or "not logged")
+              + "; lowest rollout-vs-actor agreement "
+              + (", ".join(f"{k} {v:.4f}" if v > float("-inf") else f"{k} missing at some step"
+                           for k, v in corr.items()) or "not logged"))
+        if runs_cfg.get(run, {}).get("roles") == "per_role":
+            for policy in ("act", "rehearse"):
+                low = corr.get(policy, float("-inf"))
+                if low < MIN_AGREEMENT:
+                    seen = "not logged" if low == float("-inf") else f"{low:.4f}"
+                    problems.append(f"{run}: {policy} policy's rollout-vs-actor agreement {seen} at some "
+                                    f"step (want >= {MIN_AGREEMENT} at every step)")
         if len(steps) < 3:
             problems.append(f"{run}: {len(steps)} verl step lines in {log} (want >= 3)")
         if not rows:
@@ -55,7 +78,8 @@ def check(results: Path, checkpoints: Path) -> list[str]:
 
 def main() -> int:
     results, checkpoints = (Path(a) for a in sys.argv[1:3])
-    problems = check(results, checkpoints)
+    config = Path(sys.argv[3]) if len(sys.argv) > 3 else SMOKE_CONFIG
+    problems = check(results, checkpoints, yaml.safe_load(config.read_text())["training"]["runs"])
     for p in problems:
         print("FAIL:", p, file=sys.stderr)
     return 1 if problems else 0

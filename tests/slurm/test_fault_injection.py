@@ -4,10 +4,14 @@ Both tests run Snakemake on small targets of the smoke DAG in a sandbox (see ``c
 running job from outside, check that Snakemake fails, re-run the same target and check what the
 re-run kept and redid:
 
-1. ``test_training_cancelled_then_resumed``: the ``envace_8b`` run (verl's ``main_ppo`` on the CPU
-   platform) with more steps; ``scancel`` its job once a checkpoint of step >= ``save_every`` exists; the
-   re-run resumes from verl's last checkpoint (done-file, verl's step lines: no step repeated or
-   skipped), ends at ``total_steps`` and leaves ``metrics.jsonl`` with every step exactly once.
+1. ``test_training_cancelled_then_resumed``, for the shared-policy run ``envace_8b`` and the per-role
+   run ``per_role_8b`` (verl's ``main_ppo`` on the CPU platform) with more steps; ``scancel`` its job once
+   a checkpoint of step >= ``save_every`` exists; the re-run resumes from verl's last checkpoint
+   (done-file, verl's step lines: no step repeated or skipped), ends at ``total_steps`` and leaves
+   ``metrics.jsonl`` with every step exactly once. The per-role run also resumes its REHEARSE policy from
+   the same step (its log line, ``rehearse_actor/`` in the last step folder) and logs both policies'
+   rollout-vs-actor agreement (``envace/rollout_actor_corr/{act,rehearse}``) and both updates
+   (``actor/pg_loss``, ``rehearse_actor/pg_loss``) at every step of both attempts.
 2. ``test_evaluation_server_killed_then_resumed``: one evaluation job (tiny model, BFCL multi-turn, all
    seeds; seed 0 runs first); SIGKILL its ``vllm serve`` process (found among the job's descendants) once
    the partial file of seed 0
@@ -36,7 +40,8 @@ from envace.verl_ext.launch import last_step as latest_step
 
 from .conftest import SlurmWorkflow, ancestors, processes, tail, wait_for
 
-RUN = "envace_8b"
+TRAIN_RUNS = ("envace_8b", "per_role_8b")  # shared policy / two policies (paper Fig. 3)
+MIN_AGREEMENT = 0.99  # what every synced run measures on CPU (per role ~0.9997)
 TOTAL_STEPS = 8  # verl on 2 cores: ~2 min start-up, then 3-10 s a step: time to cancel after step 2
 SAVE_EVERY = 2
 MODEL, BENCHMARK, SEED = "qwen3_8b", "bfcl_multi_turn", 0
@@ -61,13 +66,15 @@ def _alive_or_fail(proc: subprocess.Popen[bytes], wf: SlurmWorkflow, *logs: Path
                     f"{wf.diagnose(*logs)}")
 
 
-def test_training_cancelled_then_resumed(workflow: SlurmWorkflow) -> None:
+@pytest.mark.parametrize("run", TRAIN_RUNS)
+def test_training_cancelled_then_resumed(workflow: SlurmWorkflow, run: str) -> None:
     wf = workflow
-    wf.configure({"training": {"runs": {RUN: {"total_steps": TOTAL_STEPS, "save_every": SAVE_EVERY,
+    per_role = wf.config()["training"]["runs"][run].get("roles") == "per_role"
+    wf.configure({"training": {"runs": {run: {"total_steps": TOTAL_STEPS, "save_every": SAVE_EVERY,
                                               "val_every": TOTAL_STEPS}}}})
-    results, ckpt = wf.path("results"), wf.path("checkpoints") / RUN
-    done_file = results / "train" / RUN / "done.json"
-    train_log = results / "logs" / "train" / f"{RUN}.log"
+    results, ckpt = wf.path("results"), wf.path("checkpoints") / run
+    done_file = results / "train" / run / "done.json"
+    train_log = results / "logs" / "train" / f"{run}.log"
     metrics = ckpt / "metrics.jsonl"
     first_attempt = ckpt / "metrics.attempt0.jsonl"  # verl's file logger, this attempt (launch.py)
 
@@ -112,9 +119,21 @@ def test_training_cancelled_then_resumed(workflow: SlurmWorkflow) -> None:
 
     assert latest_step(ckpt) == TOTAL_STEPS
     assert (ckpt / f"global_step_{TOTAL_STEPS}" / "actor" / "huggingface" / "config.json").is_file()
-    steps_after = [m["step"] for m in _read_jsonl(metrics)]
+    merged = _read_jsonl(metrics)
+    steps_after = [m["step"] for m in merged]
     assert steps_after == list(range(1, TOTAL_STEPS + 1)), (
         f"metrics.jsonl must hold each step once, in order; has {steps_after}")
+    if per_role:
+        last = ckpt / f"global_step_{TOTAL_STEPS}"
+        assert (last / "rehearse_actor").is_dir(), sorted(p.name for p in last.iterdir())
+        resumed = ckpt / f"global_step_{saved}" / "rehearse_actor"
+        assert f"REHEARSE policy resumed from {resumed}" in text, tail(train_log)
+        for m in merged:
+            for policy in ("act", "rehearse"):
+                corr = m["data"].get(f"envace/rollout_actor_corr/{policy}")
+                assert corr is not None and float(corr) >= MIN_AGREEMENT, (m["step"], policy, corr)
+            updates = {"actor/pg_loss", "rehearse_actor/pg_loss"}
+            assert updates <= set(m["data"]), (m["step"], sorted(m["data"]))
 
 
 def _expected_samples(wf: SlurmWorkflow, work_dir: Path) -> list[tuple[str, int]]:
