@@ -41,8 +41,7 @@ STEP=(srun --overlap --nodes=1 --ntasks=1)
 # remaining ports itself). Job ids 100 apart share a block; RAY_PORT_BASE overrides it.
 JOB="${SLURM_JOB_ID:-0}"
 BASE="${RAY_PORT_BASE:-$(( 20000 + (JOB % 100) * 400 ))}"
-PORT="$BASE"
-PORTS=(--port="$PORT" --ray-client-server-port=$(( BASE + 1 )) --dashboard-agent-listen-port=$(( BASE + 2 ))
+PORTS=(--port="$BASE" --ray-client-server-port=$(( BASE + 1 )) --dashboard-agent-listen-port=$(( BASE + 2 ))
        --min-worker-port=$(( BASE + 10 )) --max-worker-port=$(( BASE + 399 )))  # [2:]: a worker node's
 # `ray start` turns Ray's token authentication on (token in ~/.ray/auth_token, generated if missing;
 # on a cluster the home folder is shared), while ray.init() and `ray status` default to no token:
@@ -70,12 +69,12 @@ trap cleanup EXIT
 # The head's GCS address: Ray binds the node's detected address (not necessarily what the host name
 # resolves to: on the CI machine "vm" is 127.0.0.1 in /etc/hosts, Ray's address 192.0.2.2) and writes it
 # to <temp dir>/ray_current_cluster on the head, where this batch step runs. Wait until Ray answers there.
-ADDR="$HEAD:$PORT"
+ADDR="$HEAD:$BASE"
 wait_ray() {
   [[ $DRY -eq 1 ]] && return 0
   local deadline=$(( SECONDS + ${RAY_START_TIMEOUT:-180} ))
   until [[ -s "$RAY_TMP/ray_current_cluster" ]] && ADDR=$(<"$RAY_TMP/ray_current_cluster") \
-      && [[ "$ADDR" == *":$PORT" ]] && ray status --address="$ADDR" >/dev/null 2>&1; do
+      && [[ "$ADDR" == *":$BASE" ]] && ray status --address="$ADDR" >/dev/null 2>&1; do
     (( SECONDS < deadline )) || { echo "ray_slurm_launch: the Ray head on $HEAD did not answer" >&2; exit 4; }
     sleep 2
   done

@@ -4,8 +4,9 @@ Implemented:
 
 - ``slurm`` (session): skips every test here unless a Slurm controller answers (``sinfo`` exits 0);
   CI starts one with ``scripts/slurm_localhost.sh start``.
-- ``prebuilt`` (session): the tiny model and the CM2 training parquet, built once with the same ``envace``
-  commands the DAG's ``build_tiny_model`` / ``prepare_training_data`` rules run, then copied into each
+- ``prebuilt`` (session): the tiny model (warm-started as the DAG's ``build_tiny_model`` rule does: the
+  ``warm_tiny_model`` fixture of ``tests/conftest.py``, cached between sessions) and the CM2 training
+  parquet (the ``envace data`` command of the DAG's ``prepare_training_data`` rule), copied into each
   test's sandbox. Simplification (ours): those two steps run outside Slurm, which saves two job round
   trips per test; Snakemake finds their outputs present and schedules only the job under test.
 - ``workflow`` -> :class:`SlurmWorkflow`: one test's sandbox under ``tmp_path``. Its extra config file
@@ -271,21 +272,21 @@ def slurm() -> None:
 
 
 @pytest.fixture(scope="session")
-def prebuilt(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def prebuilt(slurm: None, tmp_path_factory: pytest.TempPathFactory, warm_tiny_model: Path) -> Path:
     """A directory with ``models/tiny`` and ``data/cm2_{train,val}.parquet`` (see the module docstring)."""
     root = tmp_path_factory.mktemp("slurm_prebuilt")
     tiny = root / "models" / "tiny"
     cfg = deep_merge(smoke_config(), sandbox_overrides(root))
     resolved = root / "config.resolved.json"
     resolved.write_text(json.dumps(cfg))
+    shutil.copytree(warm_tiny_model, tiny)  # warm-started: its episodes rehearse
     steps = [
-        ["envace", "tiny-model", "--out", str(tiny), "--done", str(tiny / "done.json")],
         ["envace", "data", "--config", str(resolved), "--out", str(root / "data" / "cm2_train.parquet"),
          "--val-out", str(root / "data" / "cm2_val.parquet"),
          "--summary", str(root / "data" / "cm2_summary.json")],
     ]
     for argv in steps:
-        res = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300,
+        res = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1200,
                              check=False)
         assert res.returncode == 0, f"{' '.join(argv)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     return root

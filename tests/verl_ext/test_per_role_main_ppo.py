@@ -6,11 +6,12 @@ its warm start (``envace tiny-model``), the training parquet (``envace data``) a
 derived from ``config/smoke.yaml`` (``workflow/rules/common.smk`` writes ``config.resolved.json``), with
 ``per_role_8b`` shortened to 2 steps and a checkpoint after each. ``envace train`` launches the driver.
 
-- :func:`test_both_policies_train_on_their_own_servers_and_resume`: 2 steps; at every step both roles'
-  rows are trained (``envace/rows/*``, ``actor/*`` and ``rehearse_actor/*``) and both policies' rollout
-  servers serve their weights (rollout-vs-actor probability correlation >= 0.99 per role); both policies
-  are checkpointed (``actor/``, ``rehearse_actor/``); then the same run with ``total_steps: 3`` resumes
-  from step 2 through verl's resume (both policies loaded) and trains step 3.
+- :func:`test_both_policies_train_on_their_own_servers`: 2 steps; at every step both roles' rows are
+  trained (``envace/rows/*``, ``actor/*`` and ``rehearse_actor/*``) and both policies' rollout servers
+  serve their weights (rollout-vs-actor probability correlation >= 0.99 per role); both policies are
+  checkpointed at each step (``actor/``, ``rehearse_actor/``). Their resume (both policies from one
+  step, through verl's resume) is tested where it happens on a cluster: ``scancel`` of the Slurm job and
+  a re-run (tests/slurm/test_fault_injection.py, in CI), which saves a third ~4-minute start-up here.
 - :func:`test_guard_stops_a_run_whose_rehearse_server_is_not_synced`: the negative control. With the
   test switch ``ENVACE_TEST_SKIP_REHEARSE_SYNC=all`` the REHEARSE server keeps its dummy initial
   weights (the defect this issue fixed) and the agreement guard stops the run at step 1.
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -126,7 +126,7 @@ def _assert_both_policies_synced(steps: dict[int, dict[str, float]], wanted: lis
         assert m["envace/rollout_actor_corr/rehearse"] == m["rehearse/" + CORR]
 
 
-def test_both_policies_train_on_their_own_servers_and_resume(inputs: dict[str, Any]) -> None:
+def test_both_policies_train_on_their_own_servers(inputs: dict[str, Any]) -> None:
     rc, log, seconds, ckpt = _train(inputs, "synced", total_steps=2)
     assert rc == 0, log[-6000:]
     steps = step_metrics(log)
@@ -137,19 +137,6 @@ def test_both_policies_train_on_their_own_servers_and_resume(inputs: dict[str, A
         for policy in ("actor", "rehearse_actor"):
             assert (ckpt / f"global_step_{n}" / policy).is_dir(), f"global_step_{n}/{policy} missing"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
-
-    # resume: the same run asked for 3 steps continues from global_step_2 through verl's resume
-    shutil.rmtree(ckpt / "global_step_1")  # resume must pick the latest step, not the only one
-    rc, log, seconds, _ = _train(inputs, "resumed", total_steps=3, ckpt=ckpt)
-    assert rc == 0, log[-6000:]
-    assert re.search(r"Resuming from \S*global_step_2", log), log[-6000:]  # verl's resume (ACT)
-    assert f"REHEARSE policy resumed from {ckpt / 'global_step_2' / 'rehearse_actor'}" in log
-    steps = step_metrics(log)
-    print(f"resumed step 3 in {seconds:.0f} s:",
-          {n: (m.get("timing_s/step"), m[CORR], m["rehearse/" + CORR]) for n, m in steps.items()})
-    _assert_both_policies_synced(steps, [3])
-    assert (ckpt / "global_step_3" / "rehearse_actor").is_dir()
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
 
 
 def test_guard_stops_a_run_whose_rehearse_server_is_not_synced(inputs: dict[str, Any]) -> None:
