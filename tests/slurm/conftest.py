@@ -280,15 +280,11 @@ def prebuilt(slurm: None, tmp_path_factory: pytest.TempPathFactory, warm_tiny_mo
     resolved = root / "config.resolved.json"
     resolved.write_text(json.dumps(cfg))
     shutil.copytree(warm_tiny_model, tiny)  # warm-started: its episodes rehearse
-    steps = [
-        ["envace", "data", "--config", str(resolved), "--out", str(root / "data" / "cm2_train.parquet"),
-         "--val-out", str(root / "data" / "cm2_val.parquet"),
-         "--summary", str(root / "data" / "cm2_summary.json")],
-    ]
-    for argv in steps:
-        res = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1200,
-                             check=False)
-        assert res.returncode == 0, f"{' '.join(argv)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    data = root / "data"
+    argv = ["envace", "data", "--config", str(resolved), "--out", str(data / "cm2_train.parquet"),
+            "--val-out", str(data / "cm2_val.parquet"), "--summary", str(data / "cm2_summary.json")]
+    res = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, f"{' '.join(argv)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
     return root
 
 

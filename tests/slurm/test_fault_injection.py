@@ -21,11 +21,11 @@ re-run kept and redid:
    missing samples and the final file holds every expected (task, sample) exactly once, with the
    pre-kill lines unchanged.
 
-They skip unless a Slurm controller answers (``scripts/slurm_localhost.sh start``). Measured on 2 idle
-cores, 8 training steps: 20 min for both, the warm-started model's build included (~2.5 min, cached by
-``tests/conftest.py``); the training test ~13 min, of which the per-role run's start-up ~4 min per attempt
-and ~2 min Snakemake's slurm executor noticing the cancelled job (it polls ``squeue`` at intervals
-growing by 10 s, and after a failed job exits only when the next interval has passed).
+They skip unless a Slurm controller answers (``scripts/slurm_localhost.sh start``). Measured on 2 cores:
+11 min for both in CI (4 training steps, the warm-started model from ``tests/conftest.py``'s cache);
+with 8 steps, run alone, the training test took ~13 min, of which the per-role run's start-up ~4 min
+per attempt and ~2 min Snakemake's slurm executor noticing the cancelled job (it polls ``squeue`` at
+intervals growing by 10 s, and after a failed job exits only when the next interval has passed).
 """
 
 from __future__ import annotations
@@ -72,13 +72,12 @@ def _alive_or_fail(proc: subprocess.Popen[bytes], wf: SlurmWorkflow, *logs: Path
 
 def test_training_cancelled_then_resumed(workflow: SlurmWorkflow) -> None:
     wf = workflow
-    run = RUN
-    assert wf.config()["training"]["runs"][run].get("roles") == "per_role"
-    wf.configure({"training": {"runs": {run: {"total_steps": TOTAL_STEPS, "save_every": SAVE_EVERY,
+    assert wf.config()["training"]["runs"][RUN].get("roles") == "per_role"
+    wf.configure({"training": {"runs": {RUN: {"total_steps": TOTAL_STEPS, "save_every": SAVE_EVERY,
                                               "val_every": TOTAL_STEPS}}}})
-    results, ckpt = wf.path("results"), wf.path("checkpoints") / run
-    done_file = results / "train" / run / "done.json"
-    train_log = results / "logs" / "train" / f"{run}.log"
+    results, ckpt = wf.path("results"), wf.path("checkpoints") / RUN
+    done_file = results / "train" / RUN / "done.json"
+    train_log = results / "logs" / "train" / f"{RUN}.log"
     metrics = ckpt / "metrics.jsonl"
     first_attempt = ckpt / "metrics.attempt0.jsonl"  # verl's file logger, this attempt (launch.py)
 
