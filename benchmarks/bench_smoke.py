@@ -40,15 +40,27 @@ def rule_table(results: Path) -> tuple[list[tuple[str, int, float, float, float]
 
 
 def model_share(results: Path) -> dict[str, float]:
-    """Sums of the ``timing`` fields over evaluation and TTS manifests (``files``: how many had one)."""
+    """Sums of the ``timing`` fields over evaluation and TTS manifests (``files``: how many had one).
+
+    The CPU fields (``server_cpu_s``, ``process_cpu_s``) are a job's running totals when each of its
+    manifests was written: per job (``serving.job``) only the largest counts."""
     sums: dict[str, float] = defaultdict(float)
+    cpu: dict[str, dict[str, float]] = defaultdict(dict)
     for manifest in list((results / "eval").rglob("*.manifest.json")) + list(
             (results / "tts").rglob("*.manifest.json")):
-        timing = json.loads(manifest.read_text()).get("timing")
+        doc = json.loads(manifest.read_text())
+        timing = doc.get("timing")
         if timing:
             sums["files"] += 1
+            job = (doc.get("serving") or {}).get("job", str(manifest))
             for key, value in timing.items():
-                sums[key] += float(value)
+                if key.endswith("cpu_s"):
+                    cpu[job][key] = max(cpu[job].get(key, 0.0), float(value))
+                else:
+                    sums[key] += float(value)
+    for per_job in cpu.values():
+        for key, value in per_job.items():
+            sums[key] += value
     return sums
 
 

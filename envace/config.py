@@ -237,9 +237,24 @@ def checkpoint_model_id(run: str, step: int) -> str:
     return f"{run}-step{step:04d}"
 
 
+def figure5_models(cfg: Mapping[str, Any]) -> dict[int, str]:
+    """Training step -> the model id whose ``evaluation.checkpoints.benchmark`` results are Figure 5's
+    point: ``<run>-stepNNNN``, except the run's last step (``total_steps``) when the run's final model has
+    a model id (same name as the run): that checkpoint *is* the final model (``envace eval
+    --checkpoint-dir`` without ``--step`` serves the latest one), so it is evaluated once, as the final
+    model, not a second time under a checkpoint id (the paper's 470 and the smoke run's 4 are both last
+    steps: one evaluation job less at each scale)."""
+    ckpt = cfg["evaluation"]["checkpoints"]
+    run = ckpt["run"]
+    last = cfg["training"]["runs"][run]["total_steps"]
+    entry = cfg["models"].get(run, {})
+    final = run if entry.get("kind") == "trained" and entry.get("run") == run else None
+    return {s: final if s == last and final else checkpoint_model_id(run, s) for s in ckpt["steps"]}
+
+
 def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every (model id, benchmark) evaluated with all seeds, sorted: Tables 1-2 and the Figure 5
-    checkpoints (``<run>-stepNNNN`` on ``evaluation.checkpoints.benchmark``)."""
+    points (:func:`figure5_models` on ``evaluation.checkpoints.benchmark``)."""
     pairs = {
         (m, b)
         for table in ("table1", "table2")
@@ -247,7 +262,7 @@ def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
         for b in cfg["evaluation"][table]["benchmarks"]
     }
     ckpt = cfg["evaluation"]["checkpoints"]
-    pairs |= {(checkpoint_model_id(ckpt["run"], s), ckpt["benchmark"]) for s in ckpt["steps"]}
+    pairs |= {(m, ckpt["benchmark"]) for m in figure5_models(cfg).values()}
     return sorted(pairs)
 
 

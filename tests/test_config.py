@@ -6,7 +6,16 @@ import re
 import pytest
 import yaml
 
-from envace.config import ConfigError, complete_config, config_hash, eval_hash, load_config, schema
+from envace.config import (
+    ConfigError,
+    complete_config,
+    config_hash,
+    eval_hash,
+    evaluation_pairs,
+    figure5_models,
+    load_config,
+    schema,
+)
 
 PAPER = "config/config.yaml"
 SMOKE = "config/smoke.yaml"
@@ -117,3 +126,19 @@ def test_hashes_are_stable_and_specific(paper):
     report_only = copy.deepcopy(paper)
     report_only["benchmarks"]["finmcp"]["aggregate"]["average"] = "macro"
     assert eval_hash(report_only, "envace_8b", "finmcp") == eval_hash(paper, "envace_8b", "finmcp")
+
+
+def test_figure5_last_step_is_the_final_model(paper):
+    """Figure 5's last step (470 = total_steps) is the final model's evaluation, not a second one of the
+    same weights under a checkpoint id; the other steps are checkpoints. A last step that is not the
+    run's end stays a checkpoint."""
+    points = figure5_models(paper)
+    assert points[470] == "envace_8b" and points[50] == "envace_8b-step0050" and len(points) == 10
+    pairs = evaluation_pairs(paper)
+    assert ("envace_8b", "tau2") in pairs and not any(m == "envace_8b-step0470" for m, _ in pairs)
+    shorter = copy.deepcopy(paper)
+    shorter["evaluation"]["checkpoints"]["steps"] = [50, 100]
+    assert figure5_models(shorter) == {50: "envace_8b-step0050", 100: "envace_8b-step0100"}
+    longer = copy.deepcopy(paper)
+    longer["training"]["runs"]["envace_8b"]["total_steps"] = 500
+    assert figure5_models(longer)[470] == "envace_8b-step0470"

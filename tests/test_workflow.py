@@ -35,15 +35,15 @@ def test_paper_dag_lists_every_job(repo_root):
     assert counts["train"] == 5
     # one job per (evaluation block, model), each running all its benchmarks x 4 seeds (Avg@4) with one
     # server start per model path: Table 1 (14 models x 3 benchmarks), Table 2 (3 x FinMCP), Fig. 5
-    # (10 checkpoints x tau2)
+    # (9 intermediate checkpoints x tau2; its 10th point, step 470, is the final model's Table 1 job)
     assert counts["evaluate_table1"] == 14 and counts["evaluate_table2"] == 3
-    assert counts["evaluate_checkpoints"] == 10 and "evaluate" not in counts
+    assert counts["evaluate_checkpoints"] == 9 and "evaluate" not in counts
     # one job per TTS benchmark (tau2, BFCL multi-turn), each running all 13 settings: {parallel,
     # sequential} x N in {1,2,3} x {envace, base} + no TTS
     assert counts["tts_evaluate"] == 2
     # Figure 6 has its own rule (it also writes the context-length CSV)
     assert counts["table"] == 3 and counts["figure"] + counts["figure6"] == 4 and counts["paper_diff"] == 1
-    assert counts["summary"] == 14 * 3 + 3 + 10
+    assert counts["summary"] == 14 * 3 + 3 + 9
 
 
 @pytest.mark.parametrize(
@@ -74,10 +74,11 @@ def test_smoke_config_is_the_same_dag(repo_root):
     assert rc == 0, out
     counts = job_counts(out)
     assert counts["train"] == 5 and counts["build_tiny_model"] == 1
-    # the 7 Table 1 rows the figures need (BFCL, tau2), Table 2 (3 x FinMCP), two checkpoints (tau2), each
-    # one job for all its benchmarks x 2 seeds (Avg@2); TTS: one job per benchmark for all 13 settings
+    # the 7 Table 1 rows the figures need (BFCL, tau2), Table 2 (3 x FinMCP), Figure 5's step-2 checkpoint
+    # (tau2; step 4 is the last, i.e. envace_8b's Table 1 job), each one job for all its benchmarks x 2
+    # seeds (Avg@2); TTS: one job per benchmark for all 13 settings
     assert counts["evaluate_table1"] == 7 and counts["evaluate_table2"] == 3
-    assert counts["evaluate_checkpoints"] == 2 and "evaluate" not in counts
+    assert counts["evaluate_checkpoints"] == 1 and "evaluate" not in counts
     assert counts["tts_evaluate"] == 2
 
 

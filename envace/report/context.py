@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace.config import checkpoint_model_id, config_hash, load_config
+from envace.config import config_hash, figure5_models, load_config
 from envace.report.evaluations import Evaluation, load_evaluation
 from envace.report.paper import load_paper
 from envace.report.tts_context import ContextStats
@@ -149,22 +149,9 @@ class ReportContext:
         return self.cell(kind, [(1.0, name)], benchmarks, metric, average)
 
     def checkpoint_model(self, step: int) -> str:
-        """Model id evaluated for training step ``step`` of the checkpoint run.
-
-        ``{run}-stepNNNN``; for the run's last step, when that checkpoint has no complete evaluation but
-        the final model (id = run name) has, the final model.
-        """
-        ckpt = self.cfg["evaluation"]["checkpoints"]
-        run, bench = ckpt["run"], ckpt["benchmark"]
-        model = checkpoint_model_id(run, step)
-        last = self.cfg["training"]["runs"][run]["total_steps"]
-        if step != last or run not in self.cfg["models"]:
-            return model
-        try:
-            self.evaluation("eval", model, bench)
-        except IncompleteResultsError:
-            return run
-        return model
+        """Model id evaluated for training step ``step`` of the checkpoint run:
+        :func:`envace.config.figure5_models` (``{run}-stepNNNN``; the run's last step is its final model)."""
+        return figure5_models(self.cfg)[step]
 
     def used_evaluations(self) -> list[Evaluation]:
         return [e for e in self._evaluations.values() if isinstance(e, Evaluation)]

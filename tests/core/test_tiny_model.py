@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -155,3 +157,28 @@ def test_tiny_model_full_multi_turn_rehearsal_rollout() -> None:
             logp = torch.log_softmax(_response_logits(model, g), -1)
             lp = logp.gather(1, torch.tensor(g.response_ids)[:, None])[:, 0]
             torch.testing.assert_close(lp, torch.tensor(g.logprobs), atol=1e-4, rtol=0)
+
+
+def test_build_cache_hits_on_the_same_key_and_misses_on_another(tmp_path) -> None:
+    """``envace tiny-model --cache``: the second build with the same inputs copies the first (same weight
+    bytes, ``cache.hit``); a different warm-start setting is another key and trains again."""
+    from envace.cli import main
+
+    data = str(Path(__file__).resolve().parents[1] / "data" / "cm2_fixture.jsonl")
+    cache = tmp_path / "cache"
+
+    def build(name: str, lr: str) -> dict:
+        out = tmp_path / name
+        assert main(["tiny-model", "--out", str(out), "--cache", str(cache), "--warmstart-data", data,
+                     "--warmstart-steps", "1", "--warmstart-lr", lr]) == 0
+        return json.loads((out / "done.json").read_text())
+
+    first, again, other = build("a", "0.01"), build("b", "0.01"), build("c", "0.02")
+    assert first["cache"]["hit"] is False and again["cache"]["hit"] is True
+    assert again["cache"]["key"] == first["cache"]["key"] != other["cache"]["key"]
+    assert other["cache"]["hit"] is False
+    assert again["warmstart"]["loss_first"] == first["warmstart"]["loss_first"]
+    weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in "abc"]
+    assert weights[0] == weights[1] != weights[2]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        f"tiny-{d['cache']['key']}" for d in (first, other))  # no half-written folder left behind

@@ -6,8 +6,8 @@ Covers ``tests/data/example_config.yaml``: every Table 1/2 model x benchmark wit
 FinMCP tool-name counts TP/FP/FN in ``extra`` with tp/tr/tf1 derived from them) around a per-model
 skill; each file's generator is seeded from its path, so the files do not
 depend on generation order. Deliberately absent: ``scaleenv_8b`` on bfcl_v4, bfcl_v4's ``web_search_base``
-split, and ``envace_8b-step0004``. One sample (envace_1p7b, tau2, seed 1, airline_0, sample 0) is a
-failure.
+split. (Figure 5's last step, 4, is the final model ``envace_8b``: no checkpoint id.) One sample
+(envace_1p7b, tau2, seed 1, airline_0, sample 0) is a failure.
 
 Models without a listed skill get one derived from their name.
 
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from envace.bench.finmcp import sample_metrics
-from envace.config import checkpoint_model_id, eval_hash, evaluation_pairs, load_config, tts_hash
+from envace.config import eval_hash, evaluation_pairs, load_config, tts_hash
 from envace.results import eval_path, tts_path, write_results
 
 HERE = Path(__file__).resolve().parent
@@ -203,10 +203,7 @@ def main() -> None:
     cfg = load_config(CONFIG)
     out = OUT
     shutil.rmtree(out, ignore_errors=True)
-    ckpt = cfg["evaluation"]["checkpoints"]
-    # only the first checkpoint: Figure 5 then has a missing point on purpose
-    later = {checkpoint_model_id(ckpt["run"], step) for step in ckpt["steps"][1:]}
-    evals = {(m, b) for m, b in evaluation_pairs(cfg) if m not in later}
+    evals = set(evaluation_pairs(cfg))  # Figure 5: envace_8b-step0002; its step 4 is envace_8b (final)
     for model, bench in sorted(evals - ABSENT_EVALS):
         for seed in cfg["seeds"]:
             _write(cfg, eval_path(out, model, bench, seed), model, bench, seed, eval_hash(cfg, model, bench))

@@ -5,11 +5,11 @@ import os
 from pathlib import Path
 
 from envace.config import (
-    checkpoint_model_id,
     complete_config,
     config_hash,
     eval_hash,
     evaluation_pairs,
+    figure5_models,
     training_key,
     tts_hash,
 )
@@ -224,9 +224,8 @@ def figure_inputs(figure):
             f for m in models for b in ("bfcl_v4", "tau2") for f in eval_files(m, b)
         ]
     if figure == "fig5":
-        ckpt = CFG["evaluation"]["checkpoints"]
-        models = [checkpoint_model_id(ckpt["run"], s) for s in ckpt["steps"]]
-        return [f for m in models for f in eval_files(m, ckpt["benchmark"])]
+        bench = CFG["evaluation"]["checkpoints"]["benchmark"]
+        return [f for m in figure5_models(CFG).values() for f in eval_files(m, bench)]
     if figure == "fig6":
         return [
             f

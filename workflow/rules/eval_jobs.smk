@@ -3,18 +3,20 @@
 # one server per distinct model path and runs all its (benchmark, seed) / (setting, benchmark, seed) runs.
 import re
 
-from envace.config import checkpoint_model_id
+from envace.config import figure5_models
 
 
 def eval_blocks():
     """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds."""
     ckpt = CFG["evaluation"]["checkpoints"]
+    # Figure 5's intermediate checkpoints; its last step is the final model, evaluated by its own block
+    checkpoints = [m for m in figure5_models(CFG).values() if split_checkpoint(m)[1] is not None]
     blocks = {
         t: (CFG["evaluation"][t]["models"], CFG["evaluation"][t]["benchmarks"])
         for t in ("table1", "table2")
     }
     blocks["checkpoints"] = (
-        [checkpoint_model_id(ckpt["run"], s) for s in ckpt["steps"]],
+        checkpoints,
         [ckpt["benchmark"]],
     )
     return blocks
