@@ -10,7 +10,9 @@ def eval_blocks():
     """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds."""
     ckpt = CFG["evaluation"]["checkpoints"]
     # Figure 5's intermediate checkpoints; its last step is the final model, evaluated by its own block
-    checkpoints = [m for m in figure5_models(CFG).values() if split_checkpoint(m)[1] is not None]
+    checkpoints = [
+        m for m in figure5_models(CFG).values() if split_checkpoint(m)[1] is not None
+    ]
     blocks = {
         t: (CFG["evaluation"][t]["models"], CFG["evaluation"][t]["benchmarks"])
         for t in ("table1", "table2")
