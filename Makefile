@@ -41,6 +41,7 @@ smoke: $(STAMP)
 	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}, results/smoke/tables/fidelity.md"
 	@echo "  figures:    figures/smoke/fig{3,4,5,6}_*.{pdf,png}, figures/smoke/fidelity.pdf"
 	@echo "  paper diff: results/smoke/paper_diff.md (and .json)"
+	@echo "  report:     results/smoke/report.html (one page: all of the above, provenance, what ran where)"
 	@echo "  timings:    .venv/bin/python benchmarks/bench_smoke.py"
 
 # The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost

@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "envace.report.tables",
     "envace.report.figures",
     "envace.report.diff",
+    "envace.report.html",
     "envace.commands.tiny_model",
     "envace.commands.fidelity",
     "envace.commands.eval",

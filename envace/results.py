@@ -295,11 +295,17 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once at import: os.umask can only be read by setting it
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same folder and a rename (never half a file)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # as open() would create it (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -368,8 +374,8 @@ def write_results(
         raise ResultsError(f"{manifest_path(path)}: {problem}")
     path.parent.mkdir(parents=True, exist_ok=True)
     manifest_path(path).unlink(missing_ok=True)
-    _atomic_write(path, "".join(body))
-    _atomic_write(manifest_path(path), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, "".join(body))
+    atomic_write_text(manifest_path(path), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -108,6 +108,9 @@ def test_slurm_profile_renders_gpu_resources(repo_root):
     # TTS on tau2: actor (EnvACE-8B, also the EnvACE rehearser), the base rehearser, the user simulator
     tts = rule_resources(repo_root, "results/tts/no_tts/tau2/seed0.jsonl", "tts_evaluate")
     assert "gpu=6" in tts
+    # rehearsal fidelity serves the rehearsing 8B model itself (one GPU)
+    fid = rule_resources(repo_root, "results/fidelity/envace_8b/tau2.json", "fidelity")
+    assert "gpu=1," in fid + "," and "cpus_per_gpu=8" in fid and "runtime=240" in fid
 
 
 def test_bad_config_override_fails_at_parse_time(repo_root):

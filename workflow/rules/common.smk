@@ -268,8 +268,22 @@ def fidelity_args():
     return f"--max-pairs {FIDELITY['max_pairs']}" if FIDELITY.get("max_pairs") else ""
 
 
+def report_html_inputs():
+    """The reproduction report's parts, in page order: Markdown tables, figure PDFs, the diff."""
+    fidelity = fidelity_outputs()
+    return {
+        "tables": [f"{RESULTS}/tables/{t}.md" for t in TABLES]
+        + [f for f in fidelity if f.endswith(".md")],
+        "figures": [f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()]
+        + [f for f in fidelity if f.endswith(".pdf")],
+        "diff_md": f"{RESULTS}/paper_diff.md",
+        "diff_json": f"{RESULTS}/paper_diff.json",
+    }
+
+
 def all_report_outputs():
-    outs = [f"{RESULTS}/tables/{t}.md" for t in TABLES]
+    outs = [f"{RESULTS}/report.html"]
+    outs += [f"{RESULTS}/tables/{t}.md" for t in TABLES]
     outs += [f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()]
     outs += [f"{RESULTS}/paper_diff.md"]
     outs += fidelity_outputs()

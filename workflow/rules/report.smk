@@ -115,6 +115,27 @@ rule paper_diff:
         "--out-md {output.md} --out-json {output.json} > {log} 2>&1"
 
 
+rule report_html:
+    """The reproduction report: one self-contained HTML page (what ran where, provenance, Tables 1-3,
+    Figures 3-6, fidelity, the diff with its claims)."""
+    input:
+        **report_html_inputs(),
+    output:
+        f"{RESULTS}/report.html",
+    log:
+        f"{RESULTS}/logs/report_html.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_html.tsv"
+    conda:
+        CONDA_ENV
+    params:
+        train_dir=f"{RESULTS}/train",
+    shell:
+        "envace report-html --tables {input.tables} --figures {input.figures} "
+        "--diff-md {input.diff_md} --diff-json {input.diff_json} --train-dir {params.train_dir} "
+        "--out {output} > {log} 2>&1"
+
+
 rule fidelity:
     """Rehearsal fidelity of one model on its own real trajectories of one benchmark (our extension)."""
     input:
@@ -127,6 +148,8 @@ rule fidelity:
         f"{RESULTS}/benchmarks/fidelity/{{model}}/{{benchmark}}.tsv"
     conda:
         CONDA_ENV
+    resources:
+        gpu=lambda wc: model_gpus(wc.model),
     params:
         config=RESOLVED_CONFIG,
         model=lambda wc: model_path_arg(wc.model),
