@@ -21,6 +21,7 @@ REGISTRY: dict[str, str] = {
     "tau2": "envace.bench.tau2:Tau2Adapter",
     "vitabench": "envace.bench.vitabench:VitaBenchAdapter",
     "finmcp": "envace.bench.finmcp:FinMcpAdapter",
+    "ledger": "envace.bench.ledger:LedgerAdapter",  # ours, not a paper benchmark (smoke scale)
 }
 
 

@@ -64,6 +64,23 @@ def selfcheck_bfcl_ast(splits: list[str] | None = None, limit: int | None = None
     return passed, total, failed, by_split
 
 
+def selfcheck_ledger(limit: int | None = None, out_dir: str | Path | None = None
+                     ) -> tuple[int, int, list[dict], dict[str, tuple[int, int]]]:
+    """Replay each ledger task's reference calls and answer (the default generator: seed 0, both
+    splits); returns ``(passed, total, failed result lines, {split: (passed, total)})``."""
+    from envace.bench.ledger import LedgerAdapter
+
+    adapter = LedgerAdapter()
+    tasks = adapter.load_tasks(["train", "test"], limit)
+    scripts = {t.task_id: script_for_calls([list(t.meta["ledger_task"].calls)],
+                                           f"Done: the balance is {t.meta['ledger_task'].answer}.")
+               for t in tasks}
+    passed, total, failed = replay_gold(adapter, tasks, scripts, "ledger", out_dir)
+    by_split = {s: (sum(1 for t in tasks if t.split == s) - sum(1 for x in failed if x["split"] == s),
+                    sum(1 for t in tasks if t.split == s)) for s in ("train", "test")}
+    return passed, total, failed, by_split
+
+
 def replay_gold(adapter: Any, tasks: list[Any], scripts: dict[str, Any], name: str,
                 out_dir: str | Path | None = None) -> tuple[int, int, list[dict]]:
     """Run each task's scripted gold agent (``scripts[task_id]``) through the full runner; a sample

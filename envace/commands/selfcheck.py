@@ -6,6 +6,7 @@ prints ``category: passed/total`` per category). Expected 3635/3641: no output m
 ground truth for 6 tasks (``envace.bench.bfcl_ast.KNOWN_UNSATISFIABLE``); their failed lines carry
 ``known_unsatisfiable`` and are reported as known.
 ``tau2``: ``envace.bench.tau2.selfcheck_tau2`` (owned by the tau^2 adapter; must be 278/278).
+``ledger``: :func:`envace.bench.selfcheck.selfcheck_ledger` (our smoke benchmark; must be 96/96).
 A check may return a fourth value, ``{category: (passed, total)}``, printed one line per category.
 Exit code 0 only if every task passed, except failed lines marked ``known_unsatisfiable``.
 """
@@ -21,6 +22,7 @@ CHECKS = {
     "bfcl_multi_turn": "envace.bench.selfcheck:selfcheck_bfcl_multi_turn",
     "bfcl_ast": "envace.bench.selfcheck:selfcheck_bfcl_ast",
     "tau2": "envace.bench.tau2:selfcheck_tau2",
+    "ledger": "envace.bench.selfcheck:selfcheck_ledger",
 }
 
 

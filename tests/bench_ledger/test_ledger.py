@@ -1,0 +1,121 @@
+"""The Ledger benchmark (envace.bench.ledger): tools, task generation, scoring, reference records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envace.bench.base import Services
+from envace.bench.ledger import (
+    TOOLS,
+    Ledger,
+    LedgerAdapter,
+    generate_tasks,
+    reference_record,
+    score_episode,
+    write_records,
+)
+from envace.data import normalize_record, record_layout
+from envace.tools import ToolCall, parse_tool_calls
+
+
+def test_tools_change_state_only_through_valid_calls():
+    led = Ledger({"alice": 50, "bob": 10})
+    balance = json.loads(led.call(ToolCall("get_balance", {"account": "bob"})))
+    assert balance == {"account": "bob", "balance": 10}
+    assert json.loads(led.call(ToolCall("transfer", {"source": "alice", "target": "bob", "amount": 20}))) == {
+        "ok": True, "source_balance": 30, "target_balance": 30}
+    bad = [ToolCall("rm", {}), ToolCall("get_balance", {}), ToolCall("get_balance", {"account": 3}),
+           ToolCall("get_balance", {"account": "zed"}),
+           ToolCall("transfer", {"source": "alice", "target": "bob", "amount": True}),
+           ToolCall("transfer", {"source": "alice", "target": "bob", "amount": 0}),
+           ToolCall("transfer", {"source": "alice", "target": "bob", "amount": 31}),
+           ToolCall("transfer", {"source": "bob", "target": "bob", "amount": 1}),
+           ToolCall("transfer", {"source": "alice", "target": "bob", "amount": 1, "memo": "x"})]
+    for call in bad:
+        assert "error" in json.loads(led.call(call)), call
+    assert led.balances == {"alice": 30, "bob": 30}
+
+
+def test_tasks_are_seeded_disjoint_and_solved_by_their_reference_calls():
+    a, b = generate_tasks(3, 40, 20), generate_tasks(3, 40, 20)
+    assert a == b and generate_tasks(4, 40, 20) != a
+    assert {t.key() for t in a["train"]}.isdisjoint(t.key() for t in a["test"])
+    assert {t.kind for t in a["train"]} == {"balance", "transfer"}
+    for task in a["train"] + a["test"]:
+        led = Ledger(dict(task.initial))
+        for call in task.calls:
+            assert "error" not in json.loads(led.call(call))
+        assert score_episode(task, led, f"It is {task.answer}.").score == 1.0
+        assert score_episode(task, led, "I do not know.").subscores == {"state": 1.0, "answer": 0.0}
+
+
+def test_a_transfer_left_undone_fails_the_state_check():
+    task = next(t for t in generate_tasks(0, 20, 0)["train"] if t.kind == "transfer")
+    s = score_episode(task, Ledger(dict(task.initial)), str(task.answer))
+    assert s.score == 0.0 and s.subscores == {"state": 0.0, "answer": 1.0}
+
+
+def test_reference_record_is_cm2_shaped_and_replays_in_an_episode():
+    task = generate_tasks(1, 4, 0)["train"][0]
+    rec = reference_record(task)
+    assert rec["tools"] == TOOLS and [m["role"] for m in rec["messages"]][:2] == ["system", "user"]
+    assert abs(sum(i["weight"] for i in rec["checklists"][0][0]) - 1.0) < 1e-9
+    example = normalize_record(rec, 0)  # what `envace data` reads: CM2's labelled layout
+    assert record_layout(rec) == "cm2_labelled" and example.uid == task.task_id
+    adapter = LedgerAdapter({"seed": 1, "n_train": 4, "n_test": 2})
+    (t,) = [x for x in adapter.load_tasks(["train"], None) if x.task_id == task.task_id]
+    ep = adapter.new_episode(t, 0, 0, Services())
+    for msg, nxt in zip(rec["messages"], rec["messages"][1:], strict=False):
+        for tc in msg.get("tool_calls", []):
+            call = ToolCall(tc["function"]["name"], json.loads(tc["function"]["arguments"]))
+            assert ep.step(call) == nxt["content"]
+    assert ep.user_reply(rec["messages"][-1]["content"]) is None and ep.score().score == 1.0
+
+
+def test_adapter_splits_limits_and_unknown_split():
+    adapter = LedgerAdapter({"seed": 0, "n_train": 6, "n_test": 3})
+    assert len(adapter.load_tasks(["train", "test"], 2)) == 4
+    with pytest.raises(ValueError, match="unknown split"):
+        adapter.load_tasks(["dev"], None)
+
+
+def test_model_text_reaches_only_the_whitelisted_methods():
+    led = Ledger({"alice": 5})
+    parsed = parse_tool_calls('<tool_call>\n{"name": "__init__", "arguments": {}}\n</tool_call>')
+    assert "unknown tool" in led.call(parsed.calls[0])
+    assert "unknown tool" in led.call(ToolCall("_transfer", {"source": "a", "target": "b", "amount": 1}))
+
+
+def test_write_records_round_trips(tmp_path):
+    tasks = generate_tasks(2, 5, 0)["train"]
+    out = tmp_path / "d" / "ledger.jsonl"
+    write_records(tasks, out)
+    lines = out.read_text().splitlines()
+    assert [json.loads(x)["uuid"] for x in lines] == [t.task_id for t in tasks]
+    assert not list(out.parent.glob("*.tmp"))
+
+
+def test_gold_replays_through_the_evaluation_runner(tmp_path):
+    """Each task's reference calls, as model text, through the runner's parser, rollout and scorer."""
+    from envace.bench.scripted import script_for_calls
+    from envace.bench.selfcheck import replay_gold
+
+    adapter = LedgerAdapter({"seed": 5, "n_train": 4, "n_test": 4})
+    tasks = adapter.load_tasks(["test"], None)
+    scripts = {t.task_id: script_for_calls([list(t.meta["ledger_task"].calls)],
+                                           f"The balance is {t.meta['ledger_task'].answer}.") for t in tasks}
+    passed, total, failed = replay_gold(adapter, tasks, scripts, "ledger", tmp_path)
+    assert (passed, total) == (4, 4), failed
+    wrong = {t.task_id: script_for_calls([[]], "The balance is -1.") for t in tasks}
+    assert replay_gold(adapter, tasks, wrong, "ledger_wrong", tmp_path)[0] == 0
+
+
+def test_selfcheck_command_replays_every_task(capsys):
+    """``envace selfcheck ledger``: every task of both splits (default generator) passes its gold replay."""
+    from envace.cli import main
+
+    assert main(["selfcheck", "ledger"]) == 0
+    out = capsys.readouterr().out
+    assert "train: 64/64" in out and "test: 32/32" in out and "96/96" in out
