@@ -132,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         info = _build(args)
         if cached is not None:
             (out / "build.json").write_text(json.dumps(info, indent=1))
-            _copy_whole(out, cached)
+            if not (cached / "build.json").is_file():  # another build of this key may have stored it
+                _copy_whole(out, cached)
             info["cache"] = {"key": key, "hit": False, "folder": str(cached)}
             print(f"tiny-model: stored the build in {cached}", flush=True)
     done = Path(args.done or out / "done.json")
