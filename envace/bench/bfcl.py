@@ -29,9 +29,11 @@ Implemented (multi-turn):
   executed; bfcl-eval's own AST checker and relevance rule). They need neither tree-sitter (only for
   prompt-mode Java/JavaScript text) nor bfcl-eval's provider SDKs (see that module).
   :class:`BfclMultiTurnAdapter` (benchmark ``bfcl_multi_turn``) refuses them and names ``bfcl_v4``.
-- Unsupported: the agentic categories (web_search needs network, memory needs an embedding model):
-  ``load_tasks`` raises a clear error naming them. The Overall weighting of the pinned version
-  (10/10/10/30/40) is recorded by :meth:`BfclV4Adapter.versions`.
+- Agentic categories (memory_kv, memory_vector, memory_rec_sum, web_search_base,
+  web_search_no_snippet): :class:`BfclV4Adapter` runs them through :mod:`envace.bench.bfcl_agentic`
+  (bfcl-eval's memory backends chained through prerequisite conversations; web search from a recorded
+  cache or live). :class:`BfclMultiTurnAdapter` refuses them and names ``bfcl_v4``. The Overall weighting
+  of the pinned version (10/10/10/30/40) is recorded by :meth:`BfclV4Adapter.versions`.
 - Leaderboard aggregation (:data:`LEADERBOARD_GROUPS`, :func:`leaderboard_weights`,
   :func:`leaderboard_scores`): our implementation of the pinned ``generate_leaderboard_csv`` group
   formulas — Non-live = unweighted mean of (unweighted mean of simple_python/java/javascript), multiple,
@@ -277,7 +279,7 @@ class BfclMultiTurnAdapter:
             if split in AST_SPLITS:
                 why = "it is a single-turn (AST) category: run it with benchmark bfcl_v4"
             elif split in AGENTIC_SPLITS:
-                why = "agentic categories need network access (web search) or an embedding model (memory)"
+                why = "it is an agentic category: run it with benchmark bfcl_v4"
             else:
                 why = "unknown BFCL category"
             raise ValueError(f"{self.name}: split {split!r} is not supported: {why}; supported: "
@@ -338,16 +340,65 @@ class BfclMultiTurnAdapter:
 
 
 class BfclV4Adapter(BfclMultiTurnAdapter):
-    """BFCL-v4 (config ``benchmarks.bfcl_v4``): the multi-turn and single-turn (AST) categories run; the
-    agentic ones raise a clear error (see the module docstring)."""
+    """BFCL-v4 (config ``benchmarks.bfcl_v4``): every category of the leaderboard's Overall — multi-turn,
+    single-turn (AST) and agentic (:mod:`envace.bench.bfcl_agentic`; ``work_dir`` holds the memory
+    chains' snapshots)."""
 
     name = "bfcl_v4"
-    supported = MULTI_TURN_SPLITS + AST_SPLITS
+    supported = MULTI_TURN_SPLITS + AST_SPLITS + AGENTIC_SPLITS
+
+    def __init__(self, config: dict[str, Any] | None = None, work_dir: str | Path | None = None) -> None:
+        super().__init__(config)
+        self.work_dir = work_dir
+        self._agentic: Any = None
+
+    def agentic(self) -> Any:
+        """The shared resources of agentic episodes (:class:`envace.bench.bfcl_agentic.AgenticResources`)."""
+        if self._agentic is None:
+            from envace.bench.bfcl_agentic import AgenticResources
+
+            self._agentic = AgenticResources(self.config, self.work_dir)
+        return self._agentic
 
     def versions(self) -> dict[str, str]:
         from envace.bench.bfcl_ast import checker_provenance
 
-        return {**super().versions(), "bfcl_ast_checker": checker_provenance()}
+        splits = list(self.config.get("splits") or [])
+        return {**super().versions(), "bfcl_ast_checker": checker_provenance(),
+                **self.agentic().versions(splits)}
+
+    def load_tasks(self, splits: list[str], limit: int | None) -> list[Task]:
+        from envace.bench.bfcl_agentic import load_agentic_tasks
+
+        self._check_splits(splits)
+        scenarios = (self.config.get("memory") or {}).get("scenarios")
+        tasks = []
+        for split in splits:
+            if split in AGENTIC_SPLITS:
+                tasks.extend(load_agentic_tasks(split, limit, scenarios))
+            else:
+                tasks.extend(super().load_tasks([split], limit))
+        return tasks
+
+    def prerequisite_stages(self, tasks: list[Task]) -> list[list[Task]]:
+        """Memory prerequisite conversations, run before every other task (see the runner)."""
+        from envace.bench.bfcl_agentic import prerequisite_stages
+
+        return prerequisite_stages(tasks)
+
+    def new_episode(self, task: Task, sample: int, seed: int, services: Services) -> Any:
+        if task.split in AGENTIC_SPLITS:
+            from envace.bench.bfcl_agentic import AgenticEpisode
+
+            return AgenticEpisode(task, sample, seed, self.agentic())
+        return super().new_episode(task, sample, seed, services)
+
+    def gold_turns(self, task: Task) -> list[list[ToolCall]]:
+        if task.split in AGENTIC_SPLITS:
+            from envace.bench.bfcl_agentic import gold_turns
+
+            return gold_turns(task)
+        return super().gold_turns(task)
 
 
 # --- Leaderboard aggregation --------------------------------------------------------------------------

@@ -9,7 +9,14 @@ Implemented:
   The ``max_turns`` budget counts ACT turns over the whole conversation. Two optional episode hooks:
   ``max_act_turns`` caps the ACT turns of the episode (BFCL single-turn: 1; reaching the cap is a normal
   end, scored by the episode) and ``scores_parse_errors = True`` hands an unparsable output to the
-  episode's own scorer instead of failing the sample (BFCL irrelevance counts it as "no call").
+  episode's own scorer instead of failing the sample (BFCL irrelevance counts it as "no call"). An
+  episode's ``system_prompt()``, if it has one, replaces ``task.system`` (BFCL memory: the memory's
+  content when the episode starts).
+- Prerequisite stages: an adapter with ``prerequisite_stages(tasks)`` (BFCL memory: the conversations
+  that fill the memory before the questions) has those tasks run first, stage after stage (each stage's
+  samples concurrently), every sample of them before any other task. They are resumed like any sample
+  but not scored: their lines go to :func:`prerequisite_path` (a complete result file with its manifest),
+  the main file's ``timing`` counts them (``prerequisite_samples``, ``prerequisite_failed``).
 - Outcomes: an exception inside the episode (adapter, environment, scorer) -> ``status: failed`` with the
   exception as ``reason``, score 0. An episode the rollout ended abnormally (unparsable output, endless
   output hitting the token budget, too many turns) -> ``status: failed``, score 0, reason naming the
@@ -55,6 +62,7 @@ __all__ = [
     "run_episode",
     "run_samples",
     "RunStats",
+    "prerequisite_path",
 ]
 
 
@@ -115,8 +123,10 @@ async def run_episode(
     Raises :class:`BackendError` (only) when the backend fails.
     """
     messages: list[dict[str, Any]] = []
-    if task.system:
-        messages.append({"role": "system", "content": task.system})
+    system_fn = getattr(episode, "system_prompt", None)  # e.g. BFCL memory: the memory's current content
+    system = system_fn() if callable(system_fn) else task.system
+    if system:
+        messages.append({"role": "system", "content": system})
     terminations: list[str] = []
     turns_left = config.max_turns
     used = 0
@@ -302,6 +312,13 @@ class PartialResults:
         self.meta_path.unlink(missing_ok=True)
 
 
+def prerequisite_path(out: str | Path) -> Path:
+    """The side result file of a run's prerequisite conversations (not scored): ``<out>`` with
+    ``.prerequisites.jsonl`` for ``.jsonl``."""
+    out = Path(out)
+    return out.with_name(out.name.removesuffix(".jsonl") + ".prerequisites.jsonl")
+
+
 #: ``(task, episode, backend, tokenizer, rollout_config) -> result fields`` (see :func:`run_episode`).
 EpisodeFn = Callable[
     [Task, Episode, GenerateBackend, ChatTemplateTokenizer, RolloutConfig], Awaitable[dict[str, Any]]
@@ -341,14 +358,21 @@ async def run_samples(
     stats = RunStats()
     t_start = time.perf_counter()
     partial = PartialResults(out, manifest["config_hash"])
+    stages_fn = getattr(adapter, "prerequisite_stages", None)
+    stages: list[list[Task]] = stages_fn(tasks) if callable(stages_fn) else []
+    before = {t.task_id for stage in stages for t in stage}
+    tasks = [t for t in tasks if t.task_id not in before]
     todo = [(t, s) for t in tasks for s in range(samples) if (t.task_id, s) not in partial.lines]
+    todo_before = [[(t, s) for t in stage for s in range(samples) if (t.task_id, s) not in partial.lines]
+                   for stage in stages]
     bar = None
     if progress:
         from tqdm import tqdm
 
+        n_all = (len(tasks) + len(before)) * samples
         bar = tqdm(
-            total=len(tasks) * samples,
-            initial=len(tasks) * samples - len(todo),
+            total=n_all,
+            initial=n_all - len(todo) - sum(map(len, todo_before)),
             unit="sample",
             desc=f"{adapter.name} seed{seed}",
             file=sys.stderr,
@@ -387,6 +411,8 @@ async def run_samples(
             bar.update(1)
 
     try:
+        for stage_todo in todo_before:  # each stage needs the one before it (e.g. a memory chain)
+            await asyncio.gather(*(one(t, s) for t, s in stage_todo))
         await asyncio.gather(*(one(t, s) for t, s in todo))
     finally:
         if bar is not None:
@@ -400,6 +426,16 @@ async def run_samples(
     timing = {"wall_s": stats.wall_s, "model_s": stats.model_s, "samples": stats.samples}
     if extra_timing is not None:
         timing.update(extra_timing())
+    if stages:
+        pre = [partial.lines[(t.task_id, s)] for stage in stages for t in stage for s in range(samples)]
+        n_failed = sum(line["status"] == "failed" for line in pre)
+        timing.update(prerequisite_samples=len(pre), prerequisite_failed=n_failed)
+        if n_failed:
+            print(f"envace eval: {n_failed} of {len(pre)} prerequisite conversations ended abnormally (their "
+                  f"memory is kept as it was, as bfcl-eval keeps it); see {prerequisite_path(out)}",
+                  file=sys.stderr)
+        write_results(prerequisite_path(out), pre, benchmark=adapter.name, seed=seed, started=partial.started,
+                      timing={}, **manifest)
     path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started,
                          timing=timing, **manifest)
     partial.remove()

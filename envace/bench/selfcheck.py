@@ -29,7 +29,8 @@ from envace.bench.runner import run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.rollout import Mode, RolloutConfig
 
-__all__ = ["selfcheck_bfcl_multi_turn", "selfcheck_bfcl_ast", "replay_gold", "REPLAY_CONFIG"]
+__all__ = ["selfcheck_bfcl_multi_turn", "selfcheck_bfcl_ast", "selfcheck_bfcl_agentic",
+           "replay_gold", "REPLAY_CONFIG"]
 
 #: roomy limits: the replay must never be cut by a budget (char-level tokens).
 REPLAY_CONFIG = RolloutConfig(mode=Mode.REAL, max_turns=1000, max_prompt_tokens=10**9,
@@ -78,6 +79,48 @@ def selfcheck_ledger(limit: int | None = None, out_dir: str | Path | None = None
     passed, total, failed = replay_gold(adapter, tasks, scripts, "ledger", out_dir)
     by_split = {s: (sum(1 for t in tasks if t.split == s) - sum(1 for x in failed if x["split"] == s),
                     sum(1 for t in tasks if t.split == s)) for s in ("train", "test")}
+    return passed, total, failed, by_split
+
+
+def selfcheck_bfcl_agentic(splits: list[str] | None = None, limit: int | None = None,
+                           out_dir: str | Path | None = None
+                           ) -> tuple[int, int, list[dict], dict[str, tuple[int, int]]]:
+    """Replay the agentic categories (:func:`envace.bench.bfcl_agentic.gold_turns`): memory with the
+    deterministic in-process encoder, web search in replay mode from the cache of
+    :func:`envace.bench.bfcl_agentic.gold_cache_records`. Returns ``(passed, total, failed result lines,
+    {category: (passed, total)})``; a prerequisite conversation that did not end normally counts as a
+    failed line too (its memory feeds the questions)."""
+    import json
+
+    from envace.bench.bfcl import AGENTIC_SPLITS
+    from envace.bench.bfcl_agentic import gold_answer, gold_cache_records, load_agentic_tasks
+    from envace.bench.runner import prerequisite_path
+    from envace.results import read_results
+
+    splits = list(splits or AGENTIC_SPLITS)
+    with tempfile.TemporaryDirectory(prefix="envace-selfcheck-agentic-") as tmp:
+        work = Path(out_dir or tmp)
+        cache = work / "gold_web_cache.jsonl"
+        web_tasks = [t for s in splits if s.startswith("web_search") for t in load_agentic_tasks(s, limit)]
+        records = gold_cache_records(web_tasks)
+        cache.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        config = {"splits": splits, "memory": {"encoder": "hashing"},
+                  "web_search": {"mode": "replay", "cache": str(cache)}}
+        adapter = BfclV4Adapter(config, work_dir=work / "work")
+        tasks = adapter.load_tasks(splits, limit)
+        scripts = {t.task_id: script_for_calls(adapter.gold_turns(t), gold_answer(t)) for t in tasks}
+        passed, total, failed = replay_gold(adapter, tasks, scripts, "bfcl_agentic", work)
+        pre = read_results(prerequisite_path(work / "bfcl_agentic_selfcheck.jsonl")).lines
+    failed += [line for line in pre if line["status"] != "ok"]
+    by_split = {}
+    for split in splits:
+        n = sum(1 for t in tasks if t.split == split and not t.meta["prerequisite"])
+        by_split[split] = (n - sum(1 for x in failed if x["split"] == split and "prerequisite" not in
+                                   x.get("extra", {})), n)
+        n_pre = sum(1 for t in tasks if t.split == split and t.meta["prerequisite"])
+        if n_pre:
+            bad = sum(1 for x in failed if x["split"] == split and "prerequisite" in x.get("extra", {}))
+            by_split[f"{split} (prerequisite conversations)"] = (n_pre - bad, n_pre)
     return passed, total, failed, by_split
 
 

@@ -5,6 +5,9 @@
 prints ``category: passed/total`` per category). Expected 3635/3641: no output meets bfcl-eval's own
 ground truth for 6 tasks (``envace.bench.bfcl_ast.KNOWN_UNSATISFIABLE``); their failed lines carry
 ``known_unsatisfiable`` and are reported as known.
+``bfcl_agentic``: :func:`envace.bench.selfcheck.selfcheck_bfcl_agentic` (memory_kv/vector/rec_sum with
+their prerequisite conversations, web_search_base/no_snippet from a cache built from bfcl-eval's ground
+truth; prints ``category: passed/total``).
 ``tau2``: ``envace.bench.tau2.selfcheck_tau2`` (owned by the tau^2 adapter; must be 278/278).
 ``ledger``: :func:`envace.bench.selfcheck.selfcheck_ledger` (our smoke benchmark; must be 96/96).
 A check may return a fourth value, ``{category: (passed, total)}``, printed one line per category.
@@ -21,6 +24,7 @@ import time
 CHECKS = {
     "bfcl_multi_turn": "envace.bench.selfcheck:selfcheck_bfcl_multi_turn",
     "bfcl_ast": "envace.bench.selfcheck:selfcheck_bfcl_ast",
+    "bfcl_agentic": "envace.bench.selfcheck:selfcheck_bfcl_agentic",
     "tau2": "envace.bench.tau2:selfcheck_tau2",
     "ledger": "envace.bench.selfcheck:selfcheck_ledger",
 }

@@ -6,8 +6,12 @@ groups, n_tasks, n_samples, n_failed, seeds, and provenance (header plus each ma
 versions, config hash and timestamps). Count metrics say their ``average``; a micro one (the reported
 value) carries its ``macro`` counterpart (mean of per-sample values, with its own interval) beside it.
 With ``aggregate.method: bfcl_eval`` the summary adds the per-category means, the dropped categories,
-``unscored`` categories (live_relevance) and ``leaderboard_overall``: bfcl-eval's Overall, in which the
-groups that did not run count 0 (our ``value`` re-normalises over the groups that ran).
+``unscored`` categories (live_relevance; with ``aggregate.overall: without_agentic`` the agentic ones too),
+``excluded_groups`` (group values that ``aggregate.overall`` weighs into nothing), ``overall_label``
+(:attr:`~envace.report.evaluations.Evaluation.overall_label`: ``leaderboard Overall`` or ``re-weighted,
+...``) and ``leaderboard_overall``: bfcl-eval's Overall of the same results, in which the excluded groups
+are weighted in and the groups that did not run count 0 (our ``value`` re-normalises over the groups it
+weighs; a category missing inside a group is left out of it in both, where bfcl-eval counts it 0).
 A missing or partial evaluation is an error here (exit 1): this
 command runs after the evaluation it summarises.
 """
@@ -21,6 +25,7 @@ from typing import Any
 
 from envace.bench import bfcl
 from envace.report.context import PERCENT, add_common_args, context_from_args, write_output
+from envace.report.evaluations import describe_overall
 from envace.results import IncompleteResultsError, ResultsError
 
 
@@ -58,16 +63,21 @@ def summarize(ctx: Any, kind: str, name: str, benchmark: str) -> dict[str, Any]:
     main = metrics[primary.metric]
     method: dict[str, Any] = {"method": primary.method}
     if primary.method == "bfcl_eval":
-        ran = sum(bfcl.LEADERBOARD_GROUPS[g][0] for g in primary.group_names)
-        total = sum(w for w, _ in bfcl.LEADERBOARD_GROUPS.values())
+        weight = {g: w for g, (w, _) in bfcl.LEADERBOARD_GROUPS.items()}
+        weighed = sum(weight[g] for g in primary.group_names)
+        excluded = sum(weight[g] * v * PERCENT for g, v in primary.excluded_groups.items())
         method.update(
             category_means={c: v * PERCENT for c, v in primary.stratum_means().items()},
             dropped_categories=list(primary.dropped_categories),
             unscored={c: v * PERCENT for c, v in primary.unscored.items()},
-            leaderboard_overall=main["point"] * ran / total,
+            excluded_groups={g: v * PERCENT for g, v in primary.excluded_groups.items()},
+            overall_label=primary.overall_label,
+            leaderboard_overall=(main["point"] * weighed + excluded) / sum(weight.values()),
             overall_note=(
-                f"value = weighted mean of the bfcl-eval groups that ran (weights re-normalised over {ran:g} "
-                f"of {total:g}); leaderboard_overall counts the others as 0, as bfcl-eval does"
+                f"value = {describe_overall(primary, ctx.cfg['benchmarks'][benchmark]['package'])}; "
+                "leaderboard_overall = bfcl-eval's Overall of the same results: every group that ran "
+                "weighted in, a group that did not run counted as 0 (a category missing inside a group that "
+                "ran is left out of it, where bfcl-eval counts it 0)"
             ),
         )
     return {

@@ -20,9 +20,12 @@ Groups. ``aggregate.method: pooled`` (the default): tasks map to the config's ag
 their split; a group's value is the mean over its tasks; groups are the bootstrap strata. ``method:
 bfcl_eval`` (BFCL-v4): the strata are the categories (splits) and group values and weights are those of
 the pinned bfcl-eval leaderboard (:func:`envace.bench.bfcl.leaderboard_weights`; the config's ``groups``
-are not used); ``live_relevance`` is reported in ``unscored`` and weighted into nothing. In both, groups
-(and, for ``bfcl_eval``, categories) without any task are dropped, the remaining weights renormalised,
-and the dropped ones recorded.
+are not used); ``live_relevance`` is reported in ``unscored`` and weighted into nothing. ``aggregate.overall``
+(``bfcl_eval`` only; :data:`OVERALLS`): ``leaderboard`` (default) weighs all five leaderboard groups,
+agentic included; ``without_agentic`` reports the agentic categories in ``unscored`` too (and the agentic
+group value in ``excluded_groups``) but weighs them into nothing. In both methods, groups (and, for
+``bfcl_eval``, categories) without any task are dropped, the remaining weights renormalised, and the
+dropped ones recorded. :attr:`Evaluation.overall_label` says which Overall a ``bfcl_eval`` value is.
 
 Errors: a missing or partial run raises :class:`~envace.results.IncompleteResultsError` (a MISSING cell
 in reports); corrupt files, a split outside every group, a missing sub-score or count, or runs that
@@ -45,6 +48,9 @@ from envace.stats import RatioMatrix, Statistic, TaskMatrix
 
 KINDS = ("eval", "tts")
 METHODS = ("pooled", "bfcl_eval")
+#: ``aggregate.overall`` (``method: bfcl_eval`` only) -> the leaderboard groups it weighs into nothing.
+OVERALLS: dict[str, tuple[str, ...]] = {"leaderboard": (), "without_agentic": ("agentic",)}
+LEADERBOARD_OVERALL = "leaderboard Overall"
 AVERAGES = ("micro", "macro")
 #: benchmark -> its count metrics (metric -> numerator / denominator count coefficients).
 COUNT_METRICS: dict[str, dict[str, tuple[dict[str, float], dict[str, float]]]] = {
@@ -59,7 +65,11 @@ class Evaluation:
     ``group_names`` are the reported groups; ``strata`` the bootstrap strata (the statistic's groups) when
     they differ (``method: bfcl_eval``: categories), with ``group_map[g, s]`` the weight of stratum ``s``
     in group ``g``'s value and ``reported_weights`` the groups' Overall weights. ``average`` is ``micro``
-    or ``macro`` for count metrics, ``None`` otherwise.
+    or ``macro`` for count metrics, ``None`` otherwise. ``method: bfcl_eval``: ``dropped_groups`` /
+    ``dropped_categories`` are the leaderboard groups / categories without any task; ``unscored`` maps each
+    category that ran but is weighted into nothing to its value; ``excluded_groups`` maps each leaderboard
+    group that ran but that ``aggregate.overall`` weighs into nothing to its bfcl-eval group value (over
+    its categories that ran, which are in ``unscored``).
     """
 
     kind: str
@@ -80,6 +90,7 @@ class Evaluation:
     reported_weights: tuple[float, ...] = ()
     dropped_categories: tuple[str, ...] = ()
     unscored: dict[str, float] = field(default_factory=dict)
+    excluded_groups: dict[str, float] = field(default_factory=dict)
     n_failed_uncounted: int = 0
 
     def group_means(self) -> dict[str, float]:
@@ -98,6 +109,42 @@ class Evaluation:
         if not self.strata:
             return {}
         return dict(zip(self.strata, self.matrix.group_means().tolist(), strict=True))
+
+    @property
+    def overall_label(self) -> str | None:
+        """Which Overall the value of a ``method: bfcl_eval`` evaluation is, from what ran and is weighted.
+
+        :data:`LEADERBOARD_OVERALL` (``"leaderboard Overall"``) when every group and category of
+        :data:`envace.bench.bfcl.LEADERBOARD_GROUPS` ran and is weighted in: bfcl-eval's Overall. Otherwise
+        ``"re-weighted, without <groups>"`` naming the leaderboard groups not weighted in (did not run, or
+        excluded by ``aggregate.overall``), and/or ``"missing categories in <groups>"`` naming the weighted
+        groups with a category that did not run, joined by ``"; "`` (groups in leaderboard order, e.g.
+        ``"re-weighted, without live, agentic; missing categories in non_live"``). ``None`` for ``pooled``.
+        """
+        if self.method != "bfcl_eval":
+            return None
+        tree = bfcl.LEADERBOARD_GROUPS
+        without = [g for g in tree if g not in self.group_names]
+        partial = [g for g in self.group_names if set(_leaves(tree[g][1])) & set(self.dropped_categories)]
+        parts = ([f"without {', '.join(without)}"] if without else []) + (
+            [f"missing categories in {', '.join(partial)}"] if partial else []
+        )
+        return f"re-weighted, {'; '.join(parts)}" if parts else LEADERBOARD_OVERALL
+
+
+def describe_overall(ev: Evaluation, package: str) -> str:
+    """``"<overall_label> (<package>: <weighted groups> = <their bfcl-eval Overall weights>)"``, with
+    ``", re-normalised"`` before the closing parenthesis unless the label is the leaderboard Overall; e.g.
+    ``"leaderboard Overall (bfcl-eval 2026.3.23: non-live/live/irrelevance/multi-turn/agentic =
+    10/10/10/30/40)"``. ``package`` is the config's pin (``bfcl-eval==2026.3.23``). ``method: bfcl_eval``
+    only."""
+    label = ev.overall_label
+    if label is None:
+        raise ValueError(f"{ev.name}/{ev.benchmark}: only a method bfcl_eval evaluation has an Overall label")
+    names = "/".join(g.replace("_", "-") for g in ev.group_names)
+    weights = "/".join(f"{bfcl.LEADERBOARD_GROUPS[g][0]:g}" for g in ev.group_names)
+    renorm = "" if label == LEADERBOARD_OVERALL else ", re-normalised"
+    return f"{label} ({package.replace('==', ' ')}: {names} = {weights}{renorm})"
 
 
 def _sample_value(line: Mapping[str, Any], metric: str, where: str) -> float:
@@ -158,6 +205,16 @@ def load_evaluation(
     method = aggregate.get("method", "pooled")
     if method not in METHODS:
         raise ValueError(f"aggregate.method must be one of {METHODS}, got {method!r}")
+    if "overall" in aggregate and method != "bfcl_eval":
+        raise ValueError(
+            f"benchmarks.{benchmark}.aggregate.overall is only meaningful with aggregate.method: bfcl_eval "
+            f"(got method {method!r})"
+        )
+    overall = aggregate.get("overall", "leaderboard")
+    if overall not in OVERALLS:
+        raise ValueError(
+            f"benchmarks.{benchmark}.aggregate.overall must be one of {tuple(OVERALLS)}, got {overall!r}"
+        )
     ratio = COUNT_METRICS.get(benchmark, {}).get(metric)
     if ratio is None:
         average = None
@@ -167,8 +224,9 @@ def load_evaluation(
             raise ValueError(f"aggregate.average must be one of {AVERAGES}, got {average!r}")
         if average == "macro":
             ratio = None
+    tree = bfcl.LEADERBOARD_GROUPS
+    excluded = OVERALLS[overall]
     if method == "bfcl_eval":
-        tree = bfcl.LEADERBOARD_GROUPS
         split_group = {c: c for _, node in tree.values() for c in _leaves(node)}
         split_group.update({s: s for s in bfcl.UNSCORED_SPLITS})
     else:
@@ -225,17 +283,19 @@ def load_evaluation(
     extra: dict[str, Any] = {}
     if method == "bfcl_eval":
         order = list(split_group)
-        unscored_tasks = [t for t, s in task_split.items() if s in bfcl.UNSCORED_SPLITS]
-        for split in bfcl.UNSCORED_SPLITS:
-            vals = task_values([t for t in unscored_tasks if task_split[t] == split])
+        unscored_splits = [*bfcl.UNSCORED_SPLITS, *(c for g in excluded for c in _leaves(tree[g][1]))]
+        unscored: dict[str, float] = {}
+        for split in unscored_splits:
+            vals = task_values([t for t, s in task_split.items() if s == split])
             if vals.size:
                 num, den = (vals[..., 0].sum(), vals[..., 1].sum()) if ratio else (vals.mean(), 1.0)
-                extra.setdefault("unscored", {})[split] = float(num / den) if den > 0 else 0.0
-        task_split = {t: s for t, s in task_split.items() if s not in bfcl.UNSCORED_SPLITS}
-        if not task_split:
-            raise ResultsError(f"{name}/{benchmark}: no task in a bfcl-eval leaderboard group")
+                unscored[split] = float(num / den) if den > 0 else 0.0
         counts = {s: sum(v == s for v in task_split.values()) for s in set(task_split.values())}
-        lw = bfcl.leaderboard_weights(counts)
+        ran = bfcl.leaderboard_weights(counts)  # every leaderboard group, the excluded ones included
+        task_split = {t: s for t, s in task_split.items() if s not in unscored_splits}
+        if not task_split:
+            raise ResultsError(f"{name}/{benchmark}: no task in a weighted bfcl-eval leaderboard group")
+        lw = bfcl.leaderboard_weights(counts, {g: spec for g, spec in tree.items() if g not in excluded})
         weights = lw.category_weights()
         present = [s for s in order if s in weights]
         groups = list(lw.within)
@@ -244,11 +304,14 @@ def load_evaluation(
             strata=tuple(present),
             group_map=np.array([[lw.within[g].get(s, 0.0) for s in present] for g in groups]),
             reported_weights=tuple(lw.group_weights[g] / total for g in groups),
-            dropped_categories=lw.dropped_categories,
+            dropped_categories=ran.dropped_categories,
+            unscored=unscored,
+            excluded_groups={g: sum(w * unscored[c] for c, w in ran.within[g].items())
+                             for g in excluded if g in ran.within},
         )
         stratum_of = dict(task_split)
         stratum_weight = [weights[s] for s in present]
-        group_names, dropped = tuple(groups), lw.dropped_groups
+        group_names, dropped = tuple(groups), ran.dropped_groups
     else:
         config_groups = list(aggregate["groups"])
         present = [g for g in config_groups if any(split_group[s] == g for s in task_split.values())]

@@ -2,7 +2,9 @@
 
 * Table 1: rows = ``evaluation.table1.models`` (then any paper row whose label no configured model has,
   all MISSING); columns = the table's benchmarks and Overall = plain mean of the benchmark averages with
-  a benchmark-stratified interval.
+  a benchmark-stratified interval. For each benchmark with ``aggregate.method: bfcl_eval`` a note says
+  which Overall its values are (:func:`envace.report.evaluations.describe_overall`: ``leaderboard Overall``
+  or ``re-weighted, without ...``), one per distinct description, naming the rows when they differ.
 * Table 2: rows = ``evaluation.table2.models``; columns = the benchmark's ``aggregate.metrics`` (FinMCP:
   tp, tr, tf1), averaged as ``aggregate.average`` says (default ``micro``: the metrics of the tool counts
   summed over samples, the paper's definition). A micro table also carries the macro values (means of
@@ -30,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
-from envace.report.evaluations import COUNT_METRICS
+from envace.report.evaluations import COUNT_METRICS, describe_overall
 from envace.report.paper import decimals
 from envace.results import ResultsError
 
@@ -99,7 +101,29 @@ def build_table1(ctx: ReportContext) -> Table:
 
     table = Table("table1", ctx.paper["table1"]["caption"], columns, _decimals(ctx, "table1", columns))
     table.rows = _model_rows(ctx, "table1", columns, cells)
+    table.notes += _overall_notes(ctx, benches, table.rows)
     return table
+
+
+def _overall_notes(ctx: ReportContext, benches: list[str], rows: list[Row]) -> list[str]:
+    """``"<title>: <describe_overall>"`` per benchmark with ``aggregate.method: bfcl_eval`` and distinct
+    description among the rows whose cell is complete; ``" — rows: <labels>"`` is appended when a
+    benchmark's rows have more than one description."""
+    notes = []
+    for bench in benches:
+        spec = ctx.cfg["benchmarks"][bench]
+        if spec["aggregate"].get("method") != "bfcl_eval":
+            continue
+        by_text: dict[str, list[str]] = {}
+        for row in rows:
+            cell = row.cells.get(bench)
+            if cell is not None and cell.ok:
+                text = describe_overall(ctx.evaluation("eval", row.key, bench), spec["package"])
+                by_text.setdefault(text, []).append(row.label)
+        title = TITLES.get(bench, (bench,))[0]
+        for text, labels in by_text.items():
+            notes.append(f"{title}: {text}" + (f" — rows: {', '.join(labels)}" if len(by_text) > 1 else ""))
+    return notes
 
 
 def build_table2(ctx: ReportContext) -> Table:

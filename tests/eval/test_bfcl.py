@@ -87,7 +87,9 @@ def test_schema_conversion_and_unsupported_splits(adapter):
     assert params["properties"]["t"]["type"] == "array" and "type" not in params["properties"]["a"]
     with pytest.raises(ValueError, match="single-turn"):
         adapter.load_tasks(["simple_python"], 1)
-    with pytest.raises(ValueError, match="network"):
-        get_adapter("bfcl_v4").load_tasks(["web_search_base"], 1)
+    with pytest.raises(ValueError, match="agentic category: run it with benchmark bfcl_v4"):
+        adapter.load_tasks(["web_search_base"], 1)
+    with pytest.raises(ValueError, match="unknown BFCL category"):
+        get_adapter("bfcl_v4").load_tasks(["memory_lru"], 1)
     with pytest.raises(ValueError, match="unknown benchmark"):
         get_adapter("nope")

@@ -2,7 +2,8 @@
 
 * FinMCP TF1: the paper's TF1 is the F1 of aggregated (micro) precision and recall; macro beside it.
 * BFCL-v4 groups and Overall: computed as the pinned bfcl-eval's own leaderboard code computes them,
-  checked by feeding the same per-category scores to bfcl-eval's ``generate_leaderboard_csv``.
+  checked by feeding the same per-category scores to bfcl-eval's ``generate_leaderboard_csv`` (without
+  and with the agentic categories), and the ``aggregate.overall`` switch and Overall label on them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from envace.bench.finmcp import MICRO_METRICS, aggregate_metrics
 from envace.config import eval_hash, load_config
 from envace.report.aggregate_cmd import summarize
 from envace.report.context import ReportContext
-from envace.report.evaluations import load_evaluation
+from envace.report.evaluations import describe_overall, load_evaluation
 from envace.results import eval_path, write_results
 from envace.stats import RatioMatrix, TaskMatrix, bootstrap_mean
 
@@ -213,6 +214,7 @@ def test_bfcl_groups_and_overall_equal_bfcl_evals_own(
     assert summary["leaderboard_overall"] == pytest.approx(100 * overall)
     assert summary["group_means"]["live"] == pytest.approx(100 * ours["live"])
     assert summary["unscored"] == {"live_relevance": pytest.approx(100.0)}
+    assert ev.overall_label == summary["overall_label"] == "re-weighted, without agentic"
 
     # the switch: pooled groups (live_relevance inside Live) give other values on the same results
     agg["method"] = "pooled"
@@ -229,6 +231,106 @@ def test_bfcl_groups_and_overall_equal_bfcl_evals_own(
     pooled = load_evaluation(cfg, pooled_root, "eval", "envace_8b", "bfcl_v4").group_means()
     assert pooled["non_live"] == pytest.approx(17 / 32)  # pooled: successes / tasks
     assert pooled["non_live"] != pytest.approx(ours["non_live"])
+
+
+AGENTIC = {"web_search_base": (5, 2), "web_search_no_snippet": (4, 3), "memory_kv": (6, 5),
+           "memory_vector": (3, 1), "memory_rec_sum": (4, 2)}
+
+
+def _bfcl_config(categories: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """The example config with bfcl_v4 running ``categories`` under ``method: bfcl_eval``."""
+    cfg = copy.deepcopy(load_config(EXAMPLE_CONFIG))
+    cfg["seeds"] = [0, 1]
+    cfg["benchmarks"]["bfcl_v4"]["aggregate"]["method"] = "bfcl_eval"
+    cfg["benchmarks"]["bfcl_v4"]["splits"] = list(categories)
+    return cfg
+
+
+def test_bfcl_overall_with_agentic_equals_bfcl_evals_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    every = {**CATEGORIES, **AGENTIC}
+    accuracy = {c: k / n for c, (n, k) in every.items()}
+    counts = {c: n for c, (n, _) in every.items()}
+    theirs = _bfcl_eval_leaderboard(
+        monkeypatch, {c: {"accuracy": accuracy[c], "total_count": counts[c]} for c in every}
+    )
+    overall = theirs["data_overall.csv"]["Overall Acc"]
+    agentic = theirs["data_agentic.csv"]["Agentic Overall Acc"]
+    # by hand: mean(mean(2/5, 3/4), mean(5/6, 1/3, 2/4))
+    assert agentic == pytest.approx(((2 / 5 + 3 / 4) / 2 + (5 / 6 + 1 / 3 + 2 / 4) / 3) / 2, abs=1e-12)
+    ours = bfcl.leaderboard_scores(accuracy, counts)
+    assert ours["agentic"] == pytest.approx(agentic, abs=1e-12)
+    assert ours["overall"] == pytest.approx(overall, abs=1e-12)
+    assert ours["overall_leaderboard"] == pytest.approx(overall, abs=1e-12)
+
+    # through the report: leaderboard (the default) weighs all five groups
+    cfg = _bfcl_config(every)
+    rows = [{"split": c, "task_id": f"{c}_{i}", "score": float(i < k)}
+            for c, (n, k) in every.items() for i in range(n)]
+    _write(cfg, tmp_path, "envace_8b", "bfcl_v4", rows)
+    ev = load_evaluation(cfg, tmp_path, "eval", "envace_8b", "bfcl_v4")
+    assert ev.group_names == ("non_live", "live", "irrelevance", "multi_turn", "agentic")
+    assert ev.dropped_groups == () and ev.dropped_categories == () and ev.excluded_groups == {}
+    assert ev.group_means()["agentic"] == pytest.approx(agentic, abs=1e-12)
+    assert ev.matrix.point() == pytest.approx(overall, abs=1e-12)
+    assert ev.unscored == {"live_relevance": pytest.approx(1.0)}
+    assert ev.overall_label == "leaderboard Overall"
+    assert describe_overall(ev, cfg["benchmarks"]["bfcl_v4"]["package"]) == (
+        "leaderboard Overall (bfcl-eval 2026.3.23: non-live/live/irrelevance/multi-turn/agentic = "
+        "10/10/10/30/40)"
+    )
+    summary = summarize(ReportContext(cfg, tmp_path, resamples=200), "eval", "envace_8b", "bfcl_v4")
+    assert summary["overall_label"] == "leaderboard Overall"
+    assert summary["value"] == pytest.approx(100 * overall)
+    assert summary["leaderboard_overall"] == pytest.approx(100 * overall)
+
+    # without_agentic on the same files (report-only: same hash): agentic reported, weighted into nothing
+    cfg["benchmarks"]["bfcl_v4"]["aggregate"]["overall"] = "without_agentic"
+    ev = load_evaluation(cfg, tmp_path, "eval", "envace_8b", "bfcl_v4")
+    four = (overall - 0.4 * agentic) / 0.6  # bfcl-eval's four groups, 10/10/10/30 re-normalised
+    assert ev.group_names == ("non_live", "live", "irrelevance", "multi_turn")
+    assert ev.matrix.point() == pytest.approx(four, abs=1e-12)
+    assert ev.dropped_groups == () and ev.dropped_categories == ()
+    assert ev.unscored == pytest.approx({"live_relevance": 1.0, **{c: accuracy[c] for c in AGENTIC}})
+    assert ev.excluded_groups == {"agentic": pytest.approx(agentic, abs=1e-12)}
+    assert ev.overall_label == "re-weighted, without agentic"
+    assert describe_overall(ev, cfg["benchmarks"]["bfcl_v4"]["package"]) == (
+        "re-weighted, without agentic (bfcl-eval 2026.3.23: non-live/live/irrelevance/multi-turn = "
+        "10/10/10/30, re-normalised)"
+    )
+    summary = summarize(ReportContext(cfg, tmp_path, resamples=200), "eval", "envace_8b", "bfcl_v4")
+    assert summary["overall_label"] == "re-weighted, without agentic"
+    assert summary["value"] == pytest.approx(100 * four)
+    assert summary["excluded_groups"] == {"agentic": pytest.approx(100 * agentic)}
+    assert summary["leaderboard_overall"] == pytest.approx(100 * overall)  # bfcl-eval's, agentic weighted in
+
+
+def test_bfcl_overall_label_names_what_did_not_run(tmp_path: Path) -> None:
+    ran = {c: CATEGORIES[c] for c in ("simple_python", "irrelevance", "multi_turn_base")}
+    cfg = _bfcl_config(ran)
+    rows = [{"split": c, "task_id": f"{c}_{i}", "score": float(i < k)} for c, (n, k) in ran.items()
+            for i in range(n)]
+    _write(cfg, tmp_path, "envace_8b", "bfcl_v4", rows)
+    ev = load_evaluation(cfg, tmp_path, "eval", "envace_8b", "bfcl_v4")
+    assert ev.overall_label == (
+        "re-weighted, without live, agentic; missing categories in non_live, irrelevance, multi_turn"
+    )
+    cfg["benchmarks"]["bfcl_v4"]["aggregate"]["overall"] = "without_agentic"
+    ev = load_evaluation(cfg, tmp_path, "eval", "envace_8b", "bfcl_v4")
+    assert ev.dropped_groups == ("live", "agentic") and ev.excluded_groups == {}
+    assert ev.overall_label.startswith("re-weighted, without live, agentic; ")
+
+
+def test_bfcl_overall_switch_needs_method_bfcl_eval(tmp_path: Path) -> None:
+    cfg = _bfcl_config(CATEGORIES)
+    agg = cfg["benchmarks"]["bfcl_v4"]["aggregate"]
+    agg["overall"] = "sometimes"
+    with pytest.raises(ValueError, match=r"benchmarks\.bfcl_v4\.aggregate\.overall must be one of"):
+        load_evaluation(cfg, tmp_path, "eval", "envace_8b", "bfcl_v4")
+    agg["method"], agg["overall"] = "pooled", "leaderboard"
+    with pytest.raises(ValueError, match=r"benchmarks\.bfcl_v4\.aggregate\.overall is only meaningful"):
+        load_evaluation(cfg, tmp_path, "eval", "envace_8b", "bfcl_v4")
 
 
 def test_bfcl_weights_renormalise_over_what_ran() -> None:

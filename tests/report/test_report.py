@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -9,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envace.report.context import Cell
+from envace.config import eval_hash
+from envace.report.context import Cell, ReportContext
 from envace.report.diff import cell_status, verdict
-from envace.results import eval_path, manifest_path
+from envace.report.tables import build_table1, to_latex, to_markdown
+from envace.results import eval_path, manifest_path, read_results, write_results
 from envace.stats import Interval
 
 from .conftest import EXAMPLE_CONFIG, EXAMPLE_RESULTS, example_lines, run_cli
@@ -134,6 +137,39 @@ def test_aggregate_summary(tmp_path: Path) -> None:
         run_cli(["aggregate", *BASE, "--model", "scaleenv_8b", "--benchmark", "bfcl_v4", "--out", str(fin)])
         == 1
     )
+
+
+def test_table1_notes_say_which_bfcl_overall(results_copy: Path, cfg: dict) -> None:
+    cfg = copy.deepcopy(cfg)
+    agg = cfg["benchmarks"]["bfcl_v4"]["aggregate"]
+    agg["method"] = "bfcl_eval"  # the examples hold simple_python and multi_turn_base lines
+    for seed in cfg["seeds"]:  # EnvACE-1.7B with web_search_base lines too: another re-weighting
+        path = eval_path(results_copy, "envace_1p7b", "bfcl_v4", seed)
+        lines = read_results(path).lines
+        web = [{**line, "split": "web_search_base", "task_id": f"web_{line['task_id']}"}
+               for line in lines if line["split"] == "simple_python"]
+        write_results(path, lines + web, model="envace_1p7b", benchmark="bfcl_v4", seed=seed,
+                      scale=cfg["scale"], config_hash=eval_hash(cfg, "envace_1p7b", "bfcl_v4"),
+                      git_commit="test", package_versions={})
+    with_agentic = (
+        "BFCL-v4: re-weighted, without live, irrelevance; missing categories in non_live, multi_turn, "
+        "agentic (bfcl-eval 2026.3.23: non-live/multi-turn/agentic = 10/30/40, re-normalised)"
+    )
+    without_agentic = (
+        "BFCL-v4: re-weighted, without live, irrelevance, agentic; missing categories in non_live, "
+        "multi_turn (bfcl-eval 2026.3.23: non-live/multi-turn = 10/30, re-normalised)"
+    )
+    table = build_table1(ReportContext(cfg, results_copy, resamples=50))
+    ran = [r.label for r in table.rows if r.cells["bfcl_v4"] is not None and r.cells["bfcl_v4"].ok]
+    assert "ScaleEnv-8B" not in ran and "EnvACE-1.7B" in ran  # MISSING cells carry no label
+    others = ", ".join(label for label in ran if label != "EnvACE-1.7B")
+    assert table.notes == [f"{without_agentic} — rows: {others}", f"{with_agentic} — rows: EnvACE-1.7B"]
+    assert f"Note: {table.notes[0]}" in to_markdown(table, "header")
+    assert f"% note: {table.notes[1]}" in to_latex(table, "header")
+
+    agg["overall"] = "without_agentic"  # now every row is the same re-weighting: one note, no rows named
+    table = build_table1(ReportContext(cfg, results_copy, resamples=50))
+    assert table.notes == [without_agentic]
 
 
 @pytest.mark.parametrize("figure", ["fig3", "fig4", "fig5", "fig6"])
