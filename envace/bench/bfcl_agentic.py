@@ -113,9 +113,17 @@ class AgenticResources:
     def __init__(self, config: dict[str, Any], work_dir: str | Path | None) -> None:
         self.memory = dict(config.get("memory") or {})
         self.web = dict(config.get("web_search") or {})
-        self.work_dir = Path(work_dir if work_dir is not None else tempfile.mkdtemp(prefix="envace-bfcl-"))
-        self.store = SnapshotStore(self.work_dir / "memory_snapshots")
+        self._work_dir = Path(work_dir) if work_dir is not None else None
+        self._store: SnapshotStore | None = None
         self._web_backend: WebBackend | None = None
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The memory chains' snapshots, under ``work_dir`` (a new temporary folder when none was given)."""
+        if self._store is None:
+            root = self._work_dir or Path(tempfile.mkdtemp(prefix="envace-bfcl-"))
+            self._store = SnapshotStore(root / "memory_snapshots")
+        return self._store
 
     def encoder(self) -> tuple[str, str]:
         return str(self.memory.get("encoder", "hashing")), str(self.memory.get("device", "cpu"))

@@ -23,8 +23,9 @@ Implemented:
 - :func:`web_search_api_class` (``EnvaceWebSearchAPI``): bfcl-eval's ``WebSearchAPI`` with its two tools
   answered through a :class:`WebBackend`. Subclassed because bfcl-eval has no hook: its
   ``search_engine_query`` calls ``GoogleSearch(params).get_dict()`` and its ``fetch_url_content`` calls
-  ``requests.get(url)`` on the model's URL inline (``bfcl_eval/eval_checker/multi_turn_eval/func_source_code/web_search.py`` of
-  bfcl-eval 2026.3.23, guarded by :data:`PINNED_BFCL_EVAL`). What the overrides keep from bfcl-eval: the
+  ``requests.get(url)`` on the model's URL inline
+  (``bfcl_eval/eval_checker/multi_turn_eval/func_source_code/web_search.py`` of bfcl-eval 2026.3.23, guarded
+  by :data:`PINNED_BFCL_EVAL`). What the overrides keep from bfcl-eval: the
   tool signatures, ``show_snippet`` (set by bfcl-eval's own ``_load_scenario``), the result format
   (``title``/``href``/``body`` from ``organic_results``, at most ``max_results``; the error dict when there
   are none) and the fetch modes ``raw`` / ``markdown`` (``html2text``) / ``truncate`` (BeautifulSoup

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from unittest import mock
@@ -263,3 +264,35 @@ def test_limit_and_scenarios_select_questions_and_their_whole_chain():
     assert [t.task_id for t in questions] == ["memory_kv_55-finance-0", "memory_kv_56-finance-1"]
     assert sum(t.meta["prerequisite"] for t in tasks) == 7  # finance's chain only
     assert all(t.meta["predecessor"] == tasks[6].task_id for t in questions)
+
+
+def test_memory_vector_loads_a_sentence_transformers_folder_in_its_own_process(tmp_path):
+    """The cluster path (``memory.encoder``: a local folder or hub id): a real ``SentenceTransformer``
+    saved in-process from the tiny model (mean pooling), loaded by path in a fresh process (bfcl-eval's
+    module keeps one encoder per process) before bfcl-eval's module could load its own."""
+    import subprocess
+    import textwrap
+
+    from envace.tiny_model import build_tiny_model
+
+    lm = build_tiny_model(tmp_path / "lm", seed=0)
+    st = tmp_path / "st"
+    code = textwrap.dedent(f"""
+        import sys
+        from sentence_transformers import SentenceTransformer, models
+        word = models.Transformer({str(lm)!r})
+        pool = models.Pooling(word.get_word_embedding_dimension(), "mean")
+        SentenceTransformer(modules=[word, pool], device="cpu").save({str(st)!r})
+        from envace.bench.bfcl_memory import memory_backend_class
+        cls = memory_backend_class("memory_vector", {str(st)!r})
+        module = sys.modules[cls.__module__]
+        api = cls()
+        api.archival_memory_add("the cat sat on the mat")
+        api.archival_memory_add("quarterly revenue grew nine percent")
+        hit = api.archival_memory_retrieve("quarterly revenue grew nine percent", top_k=1)["result"][0]
+        print(type(module.ENCODER).__name__, module.ENCODER_DIM, hit["id"], round(hit["similarity_score"], 4))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["SentenceTransformer", "64", "1", "1.0"]
