@@ -296,3 +296,44 @@ def test_memory_vector_loads_a_sentence_transformers_folder_in_its_own_process(t
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["SentenceTransformer", "64", "1", "1.0"]
+
+
+def test_guarded_get_fetches_caps_the_size_and_checks_every_redirect_hop(monkeypatch):
+    """A local HTTP server stands in for a public host (the address check is relaxed for 127.0.0.1 only,
+    in this test): the page comes back cut at ``max_bytes``; a redirect to a private address is refused
+    at that hop, before any connection to it."""
+    import http.server
+    import threading
+
+    from envace.bench import bfcl_web
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            if self.path == "/jump":
+                self.send_response(302)
+                self.send_header("Location", "http://10.0.0.1/inside")
+                self.end_headers()
+                return
+            body = ("<p>" + "x" * 5000 + "</p>").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    real = bfcl_web._public_address
+    monkeypatch.setattr(bfcl_web, "_public_address",
+                        lambda host, port: "127.0.0.1" if host == "127.0.0.1" else real(host, port))
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        page = guarded_get(url + "/page", timeout_s=5, max_bytes=100)
+        assert page["status"] == 200 and page["text"] == "<p>" + "x" * 97
+        with pytest.raises(UnsafeURLError, match="10.0.0.1"):
+            guarded_get(url + "/jump", timeout_s=5, max_bytes=100)
+    finally:
+        server.shutdown()
