@@ -15,7 +15,7 @@ layout helpers are in :mod:`envace.verl_ext.per_role`. verl 0.9.1 hooks used, no
   after loading and after each step, sleep after sampling) act on both policies.
 
 The second policy's servers and weight sync (the verl coupling; each is a narrow subclass or verl's
-documented worker environment, no verl function is copied):
+documented worker environment; no verl function is copied):
 
 - replica ranks are global: the REHEARSE replicas take ranks ``n_act .. n_act + k - 1`` (``n_act`` = the
   ACT replicas), so their Ray actor names (``vllm_server_<rank>_<node>``) and weight sockets are unique.
@@ -47,7 +47,11 @@ documented worker environment, no verl function is copied):
   before it does not, and verl's loss fails with ``KeyError 'advantages'``); then each policy's update
   with only its own rows (``_update_actor`` of :class:`EnvaceTrainer`: one optimizer step per batch per
   policy). A role with no rows in a step is not updated that step. REHEARSE metrics are logged as
-  ``rehearse_actor/*`` / ``rehearse/*`` (verl's ``actor/*`` names stay the ACT policy's).
+  ``rehearse_actor/*`` / ``rehearse/*`` (verl's ``actor/*`` names stay the ACT policy's). This method
+  re-implements the order of verl's ``PPOTrainer._step_once`` (each stage is verl's own method; the
+  sequence is ours): verl's step has no hook between the advantage and the update where the batch could
+  be split by policy. :mod:`envace.verl_ext.coupling` fingerprints verl's ``_step_once`` (and every other
+  verl member used here), so a change there fails a test.
 - ``_save_now`` (the deferred save, see :class:`EnvaceTrainer`) / ``_load_checkpoint``: the REHEARSE
   policy is saved to ``global_step_<N>/rehearse_actor`` before verl saves the ACT policy (``actor``),
   ``data.pt`` and the tracker; on resume both are loaded from the same step, and a step folder without
