@@ -12,7 +12,8 @@ Implemented:
 - :class:`WebBackend`: ``mode: replay`` answers only from the cache (a request not in it becomes a
   structured error observation, counted per episode as ``cache_misses``); ``mode: live`` asks SerpAPI
   (the ``serpapi`` client bfcl-eval itself uses, engine ``duckduckgo`` as in bfcl-eval) with the key from
-  the environment variable the config names, never written anywhere, and fetches pages through
+  the environment variable the config names, never written anywhere (redacted from every response
+  before it is stored or shown, e.g. a failed request's URL), and fetches pages through
   :func:`guarded_get`; every live response is stored in the cache (so a re-run, or another site with the
   cache file, replays it exactly).
 - :func:`guarded_get`: ``http``/``https`` only; the host is resolved once and every address must be a
@@ -209,15 +210,18 @@ class WebBackend:
                               f"(region {request['kl']!r})"}), cached is not None
         from serpapi import GoogleSearch  # bfcl-eval's own client (package google-search-results)
 
+        key = os.environ[self.api_key_env]
         response: dict[str, Any] = {}
         for attempt in range(LIVE_RETRIES + 1):
             try:
-                response = GoogleSearch({**request, "api_key": os.environ[self.api_key_env]}).get_dict()
+                response = GoogleSearch({**request, "api_key": key}).get_dict()
             except Exception as exc:  # the client's own errors: an observation, not a crash
                 response = {"error": str(exc)}
             if "429" not in str(response.get("error", "")) or attempt == LIVE_RETRIES:
                 break
             time.sleep(2 ** (attempt + 1))
+        # an error text (a request URL) or an echoed parameter may hold the key: it is never kept
+        response = json.loads(json.dumps(response).replace(key, "<redacted>")) if key else response
         self.cache.put("search", request, response)
         return response, False
 

@@ -223,6 +223,16 @@ def test_live_responses_are_recorded_without_the_key_and_replay_exactly(tmp_path
     api.backend = WebBackend("replay", cache)
     assert api.search_engine_query("a question") == first and len(seen) == 1
     assert live.record()["bfcl_web_search_cache_sha256"] == ResponseCache(cache).sha256() != "absent"
+    # a client error quoting the request URL (with the key) is stored and shown without the key
+    class FailingSearch(FakeSearch):
+        def get_dict(self):
+            raise ConnectionError("GET https://serpapi.com/search?q=x&api_key=sk-secret-123 failed")
+
+    monkeypatch.setattr(serpapi, "GoogleSearch", FailingSearch)
+    api.backend = live
+    failed = api.search_engine_query("another question")
+    assert "sk-secret" not in json.dumps(failed) and "sk-secret" not in cache.read_text()
+    assert "<redacted>" in cache.read_text()
     # a URL the live fetcher refuses is an observation, never a request, and is not recorded
     api.backend = live
     refused = api.fetch_url_content("http://127.0.0.1:8000/admin")
