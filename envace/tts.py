@@ -55,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -78,7 +77,6 @@ __all__ = [
     "cap_tokens",
     "transcript",
     "run_tts",
-    "context_summary",
 ]
 
 PROMPT_FIELDS = ("eval_system", "eval_user", "summary_system", "summary_user", "attempt_block",
@@ -471,40 +469,3 @@ async def _rehearse(s: _Session) -> tuple[list[AttemptRecord], str, str | None, 
             attempts.append(record)
     memory, summary, prompt_tokens, reason = await s.summarize(attempts)
     return attempts, memory, summary, prompt_tokens, reason
-
-
-def context_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Means over episodes of what explains TTS gains and losses (Figure 6's N = 3 drop).
-
-    Args:
-        records: ``TTSRecord.as_dict()`` of each episode of one setting (e.g. the ``extra["tts"]`` the
-            runner stores in each result line), all with the same ``n``.
-
-    Returns:
-        ``episodes``; per attempt index the mean initial prompt and final ACT context tokens
-        (lists of length ``n``); mean memory tokens, commit prompt and final context tokens;
-        the evaluation fallback rate (per attempt) and the summary fallback rate (per episode).
-    """
-    if not records:
-        raise ValueError("context_summary needs at least one TTS record")
-    ns = {r["n"] for r in records}
-    if len(ns) != 1:
-        raise ValueError(f"context_summary needs records with one n, got {sorted(ns)}")
-    n = ns.pop()
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
-
-    return {
-        "episodes": len(records),
-        "n": n,
-        "attempt_prompt_tokens": [mean([r["attempts"][i]["prompt_tokens"] for r in records])
-                                  for i in range(n)],
-        "attempt_context_tokens": [mean([r["attempts"][i]["context_tokens"] for r in records])
-                                   for i in range(n)],
-        "memory_tokens": mean([r["memory_tokens"] for r in records]),
-        "commit_prompt_tokens": mean([r["commit_prompt_tokens"] for r in records]),
-        "commit_final_context_tokens": mean([r["commit_final_context_tokens"] for r in records]),
-        "evaluation_fallback_rate": sum(r["fallbacks"]["evaluation"] for r in records) / (n * len(records)),
-        "summary_fallback_rate": mean([r["fallbacks"]["summary"] for r in records]),
-    }

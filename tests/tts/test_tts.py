@@ -15,7 +15,6 @@ from envace.tts import (
     EVAL_FALLBACK_FEEDBACK,
     TTSConfig,
     cap_tokens,
-    context_summary,
     parse_evaluation,
     parse_memory,
     run_tts,
@@ -258,28 +257,6 @@ def test_tiny_model_is_deterministic():
     # random bytes never form a valid review: every review fell back and was counted
     assert rec["fallbacks"]["evaluation"] == 2
     assert rec["memory_tokens"] <= 12
-
-
-def test_context_summary(tokenizer):
-    seq, *_ = _sequential(tokenizer)
-    fallback, *_ = _run(tokenizer, "sequential",
-                        ATTEMPT_1 + ["this is not an evaluation"] + ATTEMPT_2 + [EVAL_2, "no tags"], ["done"])
-    records = [seq.record.as_dict(), fallback.record.as_dict()]
-    out = context_summary(records)
-    assert out["episodes"] == 2 and out["n"] == 2
-    for i in range(2):
-        assert out["attempt_context_tokens"][i] == pytest.approx(
-            (seq.record.attempts[i].context_tokens + fallback.record.attempts[i].context_tokens) / 2)
-    assert out["attempt_prompt_tokens"][1] > out["attempt_prompt_tokens"][0]
-    memories = (seq.record.memory_tokens, fallback.record.memory_tokens)
-    assert out["memory_tokens"] == pytest.approx(sum(memories) / 2)
-    assert out["evaluation_fallback_rate"] == pytest.approx(1 / 4)
-    assert out["summary_fallback_rate"] == pytest.approx(1 / 2)
-    parallel_one, *_ = _run(tokenizer, "parallel", ATTEMPT_2 + [EVAL_2, SUMMARY], ["done"], n=1)
-    with pytest.raises(ValueError, match="one n"):
-        context_summary(records + [parallel_one.record.as_dict()])
-    with pytest.raises(ValueError, match="at least one"):
-        context_summary([])
 
 
 class _DeadBackend:

@@ -1,5 +1,7 @@
 # Helpers shared by all rules: the validated config, the experiment matrix and the file layout.
-# Paths of per-sample result files come from envace.results so the CLI and the DAG agree.
+# The report's per-sample inputs (eval_files, tts_files) come from envace.results.eval_path / tts_path,
+# the CLI's layout; the rules' output patterns follow it (tests/test_workflow.py plans a target built
+# with eval_path).
 import json
 import os
 from pathlib import Path
@@ -14,6 +16,7 @@ from envace.config import (
     tts_hash,
 )
 from envace.data import local_source_path
+from envace.results import eval_path, tts_path
 
 CFG = complete_config(config, source="snakemake config")
 
@@ -177,14 +180,12 @@ def eval_pairs():
 
 def eval_files(model, benchmark, root=None):
     root = root or REPORT_SOURCE
-    return [f"{root}/eval/{model}/{benchmark}/seed{s}.jsonl" for s in CFG["seeds"]]
+    return [str(eval_path(root, model, benchmark, s)) for s in CFG["seeds"]]
 
 
 def tts_files(setting, benchmark, root=None):
     root = root or REPORT_SOURCE
-    return [
-        f"{root}/tts/{setting}/{benchmark}/seed{s}.jsonl" for s in CFG["tts"]["seeds"]
-    ]
+    return [str(tts_path(root, setting, benchmark, s)) for s in CFG["tts"]["seeds"]]
 
 
 def tts_rehearser_ready(setting):
