@@ -69,13 +69,12 @@ parquet's struct typing. :func:`read_training_parquet` turns rows back into :cla
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envace.results import atomic_write
 from envace.tools import render_chat
 
 __all__ = [
@@ -89,7 +88,6 @@ __all__ = [
     "convert",
     "write_training_parquet",
     "read_training_parquet",
-    "write_json_atomic",
     "DataSummary",
 ]
 
@@ -530,31 +528,13 @@ def convert(source: str, tokenizer: Any, max_prompt_tokens: int,
     return kept, summary
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_training_parquet(examples: list[TrainingExample], path: str | Path) -> None:
     """Write the examples' rows to ``path`` atomically (temp file + rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist([e.to_row() for e in examples])
-    _atomic_write(Path(path), lambda tmp: pq.write_table(table, tmp))
-
-
-def write_json_atomic(obj: Any, path: str | Path) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically."""
-    text = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
-    _atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp), parents=True)
 
 
 def read_training_parquet(path: str | Path) -> list[TrainingExample]:

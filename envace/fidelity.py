@@ -41,6 +41,7 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ from envace.rehearsal import (
     ToolRegistry,
     parse_rehearsal_output,
 )
+from envace.results import atomic_write, atomic_write_text
 from envace.rollout import GenerateBackend
 from envace.stats import TaskMatrix, bootstrap_mean
 from envace.tools import ChatTemplateTokenizer, ToolCall, assistant_message, render_tool_call
@@ -345,13 +347,6 @@ def pair_record(pair: CallPair, prediction: str | None, score: PairScore) -> dic
             "observation": pair.observation, "prediction": prediction}
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def _load(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     docs = []
     for path in paths:
@@ -402,14 +397,10 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
                         + [s[m][k] for m in METRICS for k in ("point", "ci_low", "ci_high", "micro")])
     note = ("\nRehearsal fidelity (%, task-level mean with 95% bootstrap interval over tasks): the model's "
             "REHEARSE prediction vs the real observation of every recorded (call, observation) pair.\n")
-    outs = [Path(out_md), Path(out_csv)]
-    for out in outs:
-        out.parent.mkdir(parents=True, exist_ok=True)
     if any(d.get("scale") == "smoke" for d in docs):
         md.insert(0, "_SMOKE scale: a tiny model on a few tasks, not a reproduction_\n")
-    _write_text(outs[0], "\n".join(md) + "\n" + note)
-    _write_text(outs[1], buf.getvalue())
-    return outs
+    return [atomic_write_text(out_md, "\n".join(md) + "\n" + note, parents=True),
+            atomic_write_text(out_csv, buf.getvalue(), parents=True)]
 
 
 def fidelity_figure(paths: Sequence[str | Path], out: str | Path) -> list[Path]:
@@ -447,9 +438,7 @@ def fidelity_figure(paths: Sequence[str | Path], out: str | Path) -> list[Path]:
     pdf = Path(out)
     pdf.parent.mkdir(parents=True, exist_ok=True)
     outs = [pdf, pdf.with_suffix(".png")]
-    for path in outs:
-        tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
-        fig.savefig(tmp)
-        tmp.replace(path)
+    for path in outs:  # the temporary file's name does not end in .pdf/.png: the format is given
+        atomic_write(path, partial(fig.savefig, format=path.suffix[1:]))
     plt.close(fig)
     return outs

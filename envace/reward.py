@@ -117,6 +117,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from envace.openai_client import openai_client
 from envace.prompts import load_prompt
 from envace.rehearsal import MALFORMED_CODE, RehearsalError
 
@@ -380,10 +381,7 @@ class ChecklistJudge:
         self.config = config
         self.prompt = load_prompt(config.prompt_name, required=("system", "user"))
         if client is None:
-            import openai
-
-            client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key,
-                                   timeout=config.timeout_s, max_retries=0)
+            client = openai_client(config.base_url, config.api_key, config.timeout_s, max_retries=0)
         self.client = client
         self.sleep = sleep
         self.metrics = JudgeMetrics()

@@ -1,4 +1,6 @@
-"""Shared fixtures: the repository root, and the warm-started tiny model the real-server tests share.
+"""Shared fixtures: the repository root, and the warm-started tiny model the real-server tests share;
+``tests/fixtures.py`` (registered below) adds the tiny ``tokenizer``, ``scripted`` backends and the
+weather tool.
 
 The warm-started model is built by ``envace tiny-model --cache`` (~2.5 min on 2 cores) in its build cache,
 ``.cache/tiny-model/tiny-<key>`` (``ENVACE_TINY_MODEL_CACHE`` moves it; the key hashes everything the build
@@ -16,6 +18,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("ENVACE_TINY_MODEL_CACHE") or ROOT / ".cache" / "tiny-model")
+
+pytest_plugins = ["tests.fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,11 @@
-"""The `envace` CLI: commands run; every command the workflow calls exists; bad config exits 1."""
+"""The `envace` CLI: commands run; every command the workflow calls exists; every option has a help text;
+`envace --help` documents the exit codes; bad config exits 1."""
 
+import argparse
 import json
+import re
 
-from envace.cli import main
+from envace.cli import build_parser, main
 
 
 def test_tiny_model_command_builds_a_loadable_model(tmp_path, capsys):
@@ -20,10 +23,6 @@ def test_tiny_model_command_builds_a_loadable_model(tmp_path, capsys):
 
 def test_every_command_the_workflow_calls_exists(repo_root):
     """Each `envace <command>` in a Snakemake rule is a registered subcommand (no stubs left)."""
-    import re
-
-    from envace.cli import build_parser
-
     called = set()
     for rules in (repo_root / "workflow/rules").glob("*.smk"):
         called |= set(re.findall(r'"envace ([a-z-]+) ', rules.read_text()))
@@ -38,3 +37,38 @@ def test_bad_config_exits_1_naming_the_key(tmp_path, repo_root, capsys):
     assert main(["data", "--config", str(bad), "--out", str(out), "--summary", str(summary)]) == 1
     assert not out.exists()
     assert "'seeds'" in capsys.readouterr().err
+
+
+def _walk(parser: argparse.ArgumentParser, path: str):
+    """``(command path, action)`` of every argument of ``parser`` and of its subcommands, recursively;
+    each subcommand also appears as a pseudo-action (its entry in the parent's command list)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest: choice for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield path, listed.get(name, argparse.Action([], name))
+                yield from _walk(sub, f"{path} {name}")
+        else:
+            yield path, action
+
+
+def test_every_option_has_help():
+    """Every option and positional argument of every subcommand, and every subcommand itself, has a help
+    text (none missing, empty or suppressed)."""
+    seen, missing = 0, []
+    for path, action in _walk(build_parser(), "envace"):
+        seen += 1
+        if not (action.help or "").strip() or action.help == argparse.SUPPRESS:
+            missing.append(f"{path}: {'/'.join(action.option_strings) or action.dest}")
+    assert seen > 100, seen  # the walk reached the subcommands
+    assert not missing, "options without a help text:\n" + "\n".join(missing)
+
+
+def test_help_documents_the_exit_codes(capsys):
+    """`envace --help` ends with the exit codes (docs/user_guide.md, "Exit codes"); `envace` alone prints
+    it and exits 2."""
+    text = build_parser().format_help()
+    codes = re.findall(r"^  (\d+(?:\+N)?) ", text.split("exit codes:", 1)[1], re.M)
+    assert codes == ["0", "1", "2", "128+N"], codes
+    assert main([]) == 2  # no command: the help, exit 2
+    assert "exit codes:" in capsys.readouterr().out

@@ -52,7 +52,15 @@ from pathlib import Path
 from typing import Any
 
 from envace.bench.base import BenchmarkAdapter, Episode, Services, Task
-from envace.results import ResultsError, _now, encode_line, line_problem, write_results
+from envace.results import (
+    ResultsError,
+    _now,
+    atomic_write_bytes,
+    atomic_write_json,
+    encode_line,
+    line_problem,
+    write_results,
+)
 from envace.rollout import GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
 from envace.tools import ChatTemplateTokenizer
 
@@ -277,17 +285,12 @@ class PartialResults:
             if key not in self.lines:
                 self.lines[key] = line
                 good.append(chunk + b"\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_bytes(b"".join(good))
-        os.replace(tmp, self.path)
+        atomic_write_bytes(self.path, b"".join(good))
 
     def _reset(self) -> None:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("", encoding="utf-8")
-        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
-        meta = {"config_hash": self.config_hash, "started": self.started}
-        tmp.write_text(json.dumps(meta), encoding="utf-8")
-        os.replace(tmp, self.meta_path)
+        atomic_write_json(self.meta_path, {"config_hash": self.config_hash, "started": self.started}, end="")
 
     def append(self, line: dict[str, Any]) -> dict[str, Any]:
         """Record one finished sample durably; returns the line as stored (and as a resume reads it).

@@ -67,6 +67,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from envace.bench.base import Endpoint, EpisodeError, Score, Services, Task
+from envace.openai_client import openai_client
 from envace.tools import ToolCall, render_tool_call
 
 __all__ = [
@@ -358,9 +359,7 @@ class OpenAIUserModel:
     def __init__(self, endpoint: Endpoint, temperature: float = DEFAULT_USER_TEMPERATURE,
                  client: Any | None = None, timeout_s: float = 600.0, max_tokens: int | None = None) -> None:
         if client is None:
-            import openai
-
-            client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=timeout_s)
+            client = openai_client(endpoint.base_url, endpoint.api_key, timeout_s)
         self.endpoint = endpoint
         self.temperature = temperature
         self.client = client

@@ -83,6 +83,7 @@ from typing import Any, Protocol
 
 from envace.bench.base import Endpoint, EpisodeError, Score, Services, Task
 from envace.bench.tau2 import OpenAIUserModel, UserModel
+from envace.openai_client import openai_client
 from envace.tools import ToolCall
 
 __all__ = [
@@ -451,9 +452,7 @@ class OpenAIJudge:
         timeout_s: float = 600.0,
     ) -> None:
         if client is None:
-            import openai
-
-            client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=timeout_s)
+            client = openai_client(endpoint.base_url, endpoint.api_key, timeout_s)
         self.endpoint = endpoint
         self.temperature = temperature
         self.client = client

@@ -25,7 +25,7 @@ DEFAULT_MAX_PROMPT_TOKENS = 3500  # authors' script
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("data", help="convert CM2 records to the training parquet")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="experiment config (training.data: source and filters)")
     p.add_argument("--out", required=True, help="training parquet")
     p.add_argument("--val-out", help="validation parquet: the last training.data.val_examples usable "
                    "records, held out of the training parquet (default: no split)")
@@ -52,7 +52,8 @@ def load_tokenizer(name: str, scale: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envace.data import convert, write_json_atomic, write_training_parquet
+    from envace.data import convert, write_training_parquet
+    from envace.results import atomic_write_json
 
     cfg = load_config(args.config)
     data_cfg = cfg["training"].get("data") or {}
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     examples, summary = convert(data_cfg["source"], tokenizer, limit,
                                 log=lambda line: print(f"envace data: {line}", file=sys.stderr))
     if not examples:
-        write_json_atomic(summary.to_dict(), args.summary)
+        atomic_write_json(args.summary, summary.to_dict(), indent=2, ensure_ascii=False, parents=True)
         raise ValueError(f"no usable record in {data_cfg['source']} (see {args.summary})")
     n_val = int(data_cfg.get("val_examples", 0)) if args.val_out else 0
     if n_val and n_val >= len(examples):
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         write_training_parquet(val, args.val_out)
     out = summary.to_dict()
     out.update(tokenizer=tok_name, train_examples=len(train), val_examples=n_val)
-    write_json_atomic(out, args.summary)
+    atomic_write_json(args.summary, out, indent=2, ensure_ascii=False, parents=True)
     print(f"envace data: {summary.kept} of {summary.total} records kept ({len(summary.bad)} bad, "
           f"{len(summary.filtered)} over {limit} prompt tokens) -> {args.out} ({len(train)} train)"
           + (f", {args.val_out} ({len(val)} validation)" if args.val_out else ""))

@@ -57,7 +57,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -69,7 +68,7 @@ HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> p
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help=HELP, description=HELP)
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="experiment config (YAML/JSON)")
     p.add_argument("--model", required=True, help="model id (models.* or <run>-stepNNNN)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-path", help="HF id or local directory")
@@ -77,7 +76,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=int, help="checkpoint step (default: last)")
     p.add_argument("--benchmark", nargs="+", required=True, help="one or more benchmarks of the config")
     p.add_argument("--seed", type=int, nargs="+", required=True, help="one or more seeds")
-    p.add_argument("--tts", choices=["none", "parallel", "sequential"], default="none")
+    p.add_argument("--tts", choices=["none", "parallel", "sequential"], default="none",
+                   help="test-time scaling mode (with --n and --rehearser; default: none)")
     p.add_argument("--n", type=int, default=0, help="number of private rehearsals (TTS)")
     p.add_argument("--rehearser", help="model id of the rehearser (TTS), one of tts.rehearsers")
     p.add_argument("--tts-setting", nargs="+",
@@ -111,7 +111,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-prompt-tokens", type=int, default=12288, help="initial prompt limit (paper: 12k)")
     p.add_argument("--user-simulator-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
     p.add_argument("--judge-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run, command_name="eval")
 
 
@@ -261,15 +261,12 @@ def _drop_kept(out: Path) -> None:
 
 def _add_to_manifest(out: Path, extra: dict[str, Any]) -> None:
     """Add keys to a finished run's manifest (temp file + rename)."""
-    from envace.results import manifest_path
+    from envace.results import atomic_write_json, manifest_path
 
     path = manifest_path(out)
     manifest = json.loads(path.read_text(encoding="utf-8"))
     manifest.update(extra)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, manifest, indent=2, sort_keys=True)  # as write_results writes it
 
 
 # ---------------------------------------------------------------- servers

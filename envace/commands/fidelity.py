@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from envace.fidelity import (
     predict_observations,
     score_pair,
 )
-from envace.results import read_results
+from envace.results import atomic_write_json, read_results
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -66,8 +65,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-thinking", action="store_true", help="pass enable_thinking=False to the template")
     p.add_argument("--backend", choices=["vllm", "hf"], default="vllm",
                    help="vllm = serve the model (needs --config); hf = in-process transformers (tests)")
-    p.add_argument("--resamples", type=int, default=10_000)
-    p.add_argument("--bootstrap-seed", type=int, default=12345)
+    p.add_argument("--resamples", type=int, default=10_000,
+                   help="bootstrap resamples of the intervals (ignored with --config: report.bootstrap)")
+    p.add_argument("--bootstrap-seed", type=int, default=12345,
+                   help="bootstrap seed (ignored with --config: report.bootstrap)")
     p.set_defaults(func=run, command_name="fidelity")
 
     p = subparsers.add_parser("fidelity-report", help="table and figure from `envace fidelity` outputs")
@@ -265,10 +266,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_doc(out: Path, doc: dict[str, Any]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    atomic_write_json(out, doc, indent=1, ensure_ascii=False, parents=True)
 
 
 def run_report(args: argparse.Namespace) -> int:

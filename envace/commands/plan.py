@@ -28,7 +28,7 @@ _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?|\d+p\d+)\s*[bB]\b")
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="tokens per step and GPU-hours of each training run")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="experiment config (models and training.runs)")
     p.add_argument("--run", action="append", help="only these runs (repeatable; default: all)")
     p.add_argument("--peak-tflops", type=float, default=148.0, help="peak TFLOP/s per GPU (H20 BF16)")
     p.add_argument("--mfu", type=float, default=0.3, help="model FLOPs utilisation assumed")

@@ -32,7 +32,7 @@ CHECKS = {
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("selfcheck", help="gold replay through the full runner; prints passed/total")
-    p.add_argument("name", choices=sorted(CHECKS))
+    p.add_argument("name", choices=sorted(CHECKS), help="which benchmark's gold replay")
     p.add_argument("--limit", type=int, help="tasks per split (default: all)")
     p.add_argument("--show-failures", type=int, default=10, help="print up to this many failed samples")
     p.set_defaults(func=run, command_name="selfcheck")

@@ -14,11 +14,8 @@ process group is stopped.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 HELP = "start `vllm serve` for a model with the config's server flags and wait for health"
 
@@ -28,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, help="config whose serving.vllm block gives the server flags")
     p.add_argument("--model-path", required=True, help="local model directory or HF id")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--served-name", help="model name clients use (default: the model path)")
     p.add_argument("--gpus", type=int, default=1, help="vLLM tensor-parallel size")
     p.add_argument("--ready-timeout", type=float,
@@ -40,6 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from envace.config import load_config
+    from envace.results import atomic_write_text
     from envace.serving import Server, ServerError, VLLMSettings, check_model_path, install_signal_handlers
 
     check_model_path(args.model_path)
@@ -54,12 +52,7 @@ def run(args: argparse.Namespace) -> int:
             line = f"READY {server.base_url} {server.served_name}"
             print(line, flush=True)
             if args.ready_file:
-                ready = Path(args.ready_file)
-                ready.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=ready.parent, prefix=".ready.")
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(line + "\n")
-                os.replace(tmp, ready)
+                atomic_write_text(args.ready_file, line + "\n", parents=True)
             while server.poll() is None:
                 time.sleep(1.0)
             print(f"envace serve: error: the server exited with code {server.poll()}; log {server.log_path}",

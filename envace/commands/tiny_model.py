@@ -116,6 +116,8 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from envace.results import atomic_write_json
+
     out = Path(args.out)
     cached = None
     if args.cache:
@@ -136,11 +138,6 @@ def run(args: argparse.Namespace) -> int:
                 _copy_whole(out, cached)
             info["cache"] = {"key": key, "hit": False, "folder": str(cached)}
             print(f"tiny-model: stored the build in {cached}", flush=True)
-    done = Path(args.done or out / "done.json")
-    done.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=done.parent, prefix=".done.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(info, fh, indent=1)
-    os.replace(tmp, done)
+    atomic_write_json(args.done or out / "done.json", info, indent=1, end="", parents=True)
     print(f"tiny-model: wrote {out} ({info['parameters']:,} parameters, seed {args.seed})")
     return 0

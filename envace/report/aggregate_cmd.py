@@ -33,8 +33,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("aggregate", help="Avg@k with bootstrap CI for one (model, benchmark)")
     add_common_args(p)
     p.add_argument("--model", required=True, help="model id (or TTS setting id with --kind tts)")
-    p.add_argument("--benchmark", required=True)
-    p.add_argument("--kind", choices=["eval", "tts"], default="eval")
+    p.add_argument("--benchmark", required=True, help="benchmark id of the config's benchmarks")
+    p.add_argument("--kind", choices=["eval", "tts"], default="eval",
+                   help="eval: a model's evaluation; tts: a TTS setting's (default: eval)")
     p.add_argument("--out", required=True, help="output JSON, e.g. results/summary/MODEL/BENCH.json")
     p.set_defaults(func=run)
     return p

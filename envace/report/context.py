@@ -17,8 +17,6 @@ as an error (exit status 2).
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +27,7 @@ from envace.report.evaluations import Evaluation, load_evaluation
 from envace.report.paper import load_paper
 from envace.report.tts_context import ContextStats
 from envace.report.tts_context import load as load_tts_context
-from envace.results import IncompleteResultsError, ResultsError, current_git_commit
+from envace.results import IncompleteResultsError, ResultsError, atomic_write_text, current_git_commit
 from envace.stats import Interval, bootstrap_linear
 
 PERCENT = 100.0
@@ -233,17 +231,7 @@ def context_from_args(args: argparse.Namespace) -> ReportContext:
 
 
 def write_output(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``), creating
-    parent directories: a crash leaves the old file or none, never a partial one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; outputs are read by others
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``text`` to ``path`` atomically, creating parent directories: a crash leaves the old file or
+    none, never a partial one (:func:`envace.results.atomic_write_text`; the file gets the umask's
+    permissions)."""
+    return atomic_write_text(path, text, parents=True)

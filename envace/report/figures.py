@@ -217,7 +217,7 @@ def render(ctx: ReportContext, name: str, out: str | Path) -> list[Path]:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("figures", help="Figures 3-6 with bootstrap error bars and the paper's points")
-    p.add_argument("figure", choices=sorted(FIGURES))
+    p.add_argument("figure", choices=sorted(FIGURES), help="which figure of the paper")
     add_common_args(p)
     p.add_argument(
         "--out", required=True, help="output PDF, e.g. figures/fig3_ablation.pdf (PNG written beside)"

@@ -308,7 +308,7 @@ def write_table(table: Table, header: str, out_dir: str | Path) -> list[Path]:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("tables", help="Tables 1-3 with bootstrap CIs beside the paper's values")
-    p.add_argument("table", choices=sorted(BUILDERS))
+    p.add_argument("table", choices=sorted(BUILDERS), help="which table of the paper")
     add_common_args(p)
     p.add_argument("--out-dir", required=True, help="writes OUT_DIR/tableN.{csv,md,tex}")
     p.set_defaults(func=run)

@@ -25,12 +25,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from envace.results import atomic_write_json, atomic_write_text
 from envace.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
 
 __all__ = ["build_command", "build_env", "last_step", "launch", "merge_metrics", "service_models", "services"]
@@ -174,9 +174,7 @@ def merge_metrics(checkpoint_dir: str | Path) -> list[int]:
             except (ValueError, KeyError, TypeError):
                 continue
     steps = sorted(by_step)
-    with tempfile.NamedTemporaryFile("w", dir=root, delete=False, suffix=".tmp") as fh:
-        fh.write("".join(by_step[s] + "\n" for s in steps))
-    os.replace(fh.name, root / "metrics.jsonl")
+    atomic_write_text(root / "metrics.jsonl", "".join(by_step[s] + "\n" for s in steps))
     return steps
 
 
@@ -302,8 +300,5 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
                "trainer": "verl.trainer.main_ppo", "scale": cfg.get("scale"),
                "metrics": str(Path(checkpoint_dir) / "metrics.jsonl"), "versions": _versions(),
                "judge_failures_per_step": judge_failures_per_step(checkpoint_dir)}
-    Path(done).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=Path(done).parent, delete=False, suffix=".tmp") as fh:
-        json.dump(payload, fh, indent=1)
-    os.replace(fh.name, done)
+    atomic_write_json(done, payload, indent=1, end="", parents=True)
     return 0 if after >= total else 1

@@ -19,8 +19,7 @@ from envace.rehearsal import (
     precheck_call,
 )
 from envace.tools import ParseError, ToolCall
-
-from .conftest import WEATHER_TOOL
+from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # the validation tests use its unit enum
 
 
 def cand(name: str | None, args: dict | None = None) -> CallCandidate:

@@ -22,8 +22,7 @@ from envace.rollout import (
     run_rollout,
 )
 from envace.tools import ChatTokens, ToolCall, assistant_message, render_chat, render_tool_call, tool_message
-
-from .conftest import WEATHER_TOOL
+from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # as before: with the unit enum
 
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]
 CALL = render_tool_call(ToolCall("get_weather", {"city": "Oslo"}))
@@ -56,7 +55,7 @@ def test_final_answer_multi_turn_and_token_bookkeeping(tokenizer, scripted) -> N
     assert sum(n for _, n in traj.act_segments) == len(traj.act_ids)
     assert traj.act_ids[: len(prompt)] == prompt
     for g in act_gens:  # each ACT prompt is the context up to that turn; the response follows it
-        assert traj.act_ids[: g.prompt_len] == g.prompt_ids == backend.prompts[traj.generations.index(g)]
+        assert traj.act_ids[: g.prompt_len] == g.prompt_ids == backend.prompt_ids[traj.generations.index(g)]
         assert traj.act_ids[g.prompt_len: g.prompt_len + len(g.response_ids)] == g.response_ids
     deltas = [traj.act_ids[act_gens[i].prompt_len + len(act_gens[i].response_ids): act_gens[i + 1].prompt_len]
               for i in range(2)]
@@ -134,7 +133,7 @@ def test_model_error_codes_faithful(tokenizer, scripted, code) -> None:
     assert traj.termination == Termination.FINAL_ANSWER
     assert observations(traj) == [{"error": code, "message": "m"}]
     if code == "INVALID_TOOL_CALL_FORMAT":
-        assert "# Call to execute\nnull" in tokenizer.decode(backend.prompts[1])
+        assert "# Call to execute\nnull" in tokenizer.decode(backend.prompt_ids[1])
 
 
 def test_rehearsal_error_can_terminate(tokenizer, scripted) -> None:
@@ -197,8 +196,8 @@ def test_enable_thinking_false_generation_prompt(tokenizer, scripted) -> None:
     backend = scripted(["<think>\n\n</think>\n\n" + CALL, RESULT, "Done."])
     traj = roll(backend, tokenizer, config)
     assert traj.termination == Termination.FINAL_ANSWER
-    assert tokenizer.decode(backend.prompts[2]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert tokenizer.decode(backend.prompts[1]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert tokenizer.decode(backend.prompt_ids[2]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert tokenizer.decode(backend.prompt_ids[1]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
 def test_external_simulator_mode(tokenizer, scripted) -> None:
@@ -206,7 +205,7 @@ def test_external_simulator_mode(tokenizer, scripted) -> None:
     simulator = scripted([RESULT])
     traj = roll(policy, tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR), simulator=simulator)
     assert traj.termination == Termination.FINAL_ANSWER
-    assert len(simulator.prompts) == 1 and len(policy.prompts) == 2
+    assert len(simulator.prompt_ids) == 1 and len(policy.prompt_ids) == 2
     reh = [g for g in traj.generations if g.role == "rehearse"]
     assert len(reh) == 1 and not reh[0].trainable
     with pytest.raises(ValueError, match="simulator"):

@@ -13,8 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from envace.rollout import RolloutConfig, Termination, run_rollout
 from envace.tiny_model import SPECIAL_TOKENS, HFGenerateBackend, build_tiny_model, tiny_model_and_tokenizer
 from envace.tools import ToolCall, assistant_message, render_chat, render_tool_call, tool_message
-
-from .conftest import WEATHER_TOOL
+from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # as before: with the unit enum
 
 
 def test_builds_fast_and_small() -> None:

@@ -183,8 +183,10 @@ def test_selfcheck_few_tasks_per_category():
 
 
 def test_unsupported_categories_are_named():
-    with pytest.raises(ValueError, match="network"):
-        get_adapter("bfcl_v4").load_tasks(["memory_kv"], 1)
+    with pytest.raises(ValueError, match="unknown BFCL category"):
+        get_adapter("bfcl_v4").load_tasks(["format_sensitivity"], 1)
+    with pytest.raises(ValueError, match="agentic category: run it with benchmark bfcl_v4"):
+        BfclMultiTurnAdapter().load_tasks(["memory_kv"], 1)
     with pytest.raises(ValueError, match="bfcl_v4"):
         BfclMultiTurnAdapter().load_tasks(["simple_python"], 1)
     assert "bfcl_ast_checker" in get_adapter("bfcl_v4").versions()

@@ -11,8 +11,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
+from envace import results as results_mod
 from envace.config import tts_hash
-from envace.report import context as context_mod
 from envace.report import figures, points, tts_context
 from envace.report.context import ReportContext, write_output
 from envace.report.tts_context import ContextStats, csv_path, csv_text, overall, summarize
@@ -228,7 +228,7 @@ def test_write_output_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     def fail(src: str, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(context_mod.os, "replace", fail)
+    monkeypatch.setattr(results_mod.os, "replace", fail)  # write_output writes through envace.results
     with pytest.raises(OSError, match="disk full"):
         write_output(path, "new\n")
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["a.csv"]

@@ -1,29 +1,14 @@
-"""Shared fixtures for the TTS and fidelity tests: tiny tokenizer, scripted backends, a spy episode."""
+"""Shared test doubles of the TTS and fidelity tests: a task stand-in and a spy episode (the tiny
+tokenizer, scripted backends and the weather tool are in ``tests/fixtures.py``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 from envace.bench.base import Score
-from envace.tiny_model import build_tiny_tokenizer
 from envace.tools import ToolCall
-
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
+from tests.fixtures import WEATHER_TOOL
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
@@ -35,33 +20,6 @@ class Task:
     system: str | None
     first_user: str
     tools: list[dict[str, Any]] = field(default_factory=lambda: [WEATHER_TOOL])
-
-
-class ScriptedBackend:
-    """Replies with scripted texts in call order; logs ``(name, decoded prompt)`` into a shared ``log``."""
-
-    def __init__(self, name: str, tokenizer: Any, texts: list[str], log: list[tuple[str, Any]]) -> None:
-        self.name = name
-        self.tokenizer = tokenizer
-        self.texts = list(texts)
-        self.log = log
-        self.prompts: list[str] = []
-        self.context_lengths: list[int] = []  # prompt + reply token ids of every call
-        self.params: list[dict[str, Any]] = []
-
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
-        prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
-        self.prompts.append(prompt)
-        self.params.append(dict(sampling_params))
-        self.log.append((self.name, prompt))
-        if not self.texts:
-            raise AssertionError(f"backend {self.name} ran out of scripted replies")
-        ids = self.tokenizer.encode(self.texts.pop(0), add_special_tokens=False)
-        ids = ids[: sampling_params["max_tokens"]]
-        if len(ids) < sampling_params["max_tokens"]:
-            ids.append(self.tokenizer.eos_token_id)
-        self.context_lengths.append(len(prompt_ids) + len(ids))
-        return ids, [-0.5] * len(ids)
 
 
 class SpyEpisode:
@@ -84,8 +42,3 @@ class SpyEpisode:
     def score(self) -> Score:
         self.log.append(("env.score", None))
         return Score(score=1.0, subscores={}, extra={"calls": len(self.calls)})
-
-
-@pytest.fixture(scope="session")
-def tokenizer() -> Any:
-    return build_tiny_tokenizer()

@@ -25,8 +25,7 @@ from envace.fidelity import (
 from envace.results import write_results
 from envace.tiny_model import build_tiny_model
 from envace.tools import ToolCall
-
-from .conftest import WEATHER_TOOL, ScriptedBackend
+from tests.fixtures import WEATHER_TOOL, ScriptedBackend
 
 CHAT: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a weather assistant."},
@@ -110,8 +109,7 @@ def test_score_pair():
 
 def test_predict_observations_is_teacher_forced(tokenizer):
     pairs, _ = extract_pairs(CHAT)
-    log: list[tuple[str, Any]] = []
-    backend = ScriptedBackend("model", tokenizer, ['<execution_result>{"t": 1}</execution_result>'] * 2, log)
+    backend = ScriptedBackend(tokenizer, ['<execution_result>{"t": 1}</execution_result>'] * 2)
     preds = asyncio.run(predict_observations(pairs, [[WEATHER_TOOL]] * 2, backend, tokenizer,
                                              sampling={"temperature": 0.0, "max_tokens": 32}))
     assert preds == ['<execution_result>{"t": 1}</execution_result>'] * 2

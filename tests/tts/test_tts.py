@@ -19,8 +19,9 @@ from envace.tts import (
     parse_memory,
     run_tts,
 )
+from tests.fixtures import ScriptedBackend
 
-from .conftest import CALL, ScriptedBackend, SpyEpisode, Task
+from .conftest import CALL, SpyEpisode, Task
 
 TASK = Task(system="You are a weather assistant.", first_user="What is the weather in Paris?")
 REH_RESULT = '<execution_result>{"temperature": 99}</execution_result>'
@@ -34,8 +35,8 @@ ATTEMPT_2 = ["ATTEMPT-TWO-ANSWER"]
 def _run(tokenizer: Any, mode: str, rehearser_texts: list[str], actor_texts: list[str], *,
          n: int = 2, replies: list[str | None] | None = None, task: Task = TASK, **cfg: Any):
     log: list[tuple[str, Any]] = []
-    rehearser = ScriptedBackend("rehearser", tokenizer, rehearser_texts, log)
-    actor = ScriptedBackend("actor", tokenizer, actor_texts, log)
+    rehearser = ScriptedBackend(tokenizer, rehearser_texts, name="rehearser", log=log)
+    actor = ScriptedBackend(tokenizer, actor_texts, name="actor", log=log)
     episode = SpyEpisode(log, replies)
     config = TTSConfig(mode=mode, n=n, rollout=RolloutConfig(max_turns=4), **cfg)
     result = asyncio.run(run_tts(task, episode, actor=actor, actor_tokenizer=tokenizer, rehearser=rehearser,
@@ -275,7 +276,7 @@ def test_rehearser_failure_stops_the_run(tokenizer):
     log: list[tuple[str, Any]] = []
     episode = SpyEpisode(log)
     with pytest.raises(BackendError, match="rehearser backend failed: server gone"):
-        asyncio.run(run_tts(TASK, episode, actor=ScriptedBackend("actor", tokenizer, [], log),
+        asyncio.run(run_tts(TASK, episode, actor=ScriptedBackend(tokenizer, [], name="actor", log=log),
                             actor_tokenizer=tokenizer, rehearser=_DeadBackend(),
                             rehearser_tokenizer=tokenizer, config=TTSConfig(mode="parallel", n=2)))
     assert log == []  # nothing reached the real episode
@@ -284,9 +285,9 @@ def test_rehearser_failure_stops_the_run(tokenizer):
 def test_environment_error_in_commit_is_a_failed_sample_with_the_record(tokenizer):
     log: list[tuple[str, Any]] = []
     result = asyncio.run(run_tts(
-        TASK, _BrokenEpisode(log), actor=ScriptedBackend("actor", tokenizer, [CALL], log),
+        TASK, _BrokenEpisode(log), actor=ScriptedBackend(tokenizer, [CALL], name="actor", log=log),
         actor_tokenizer=tokenizer,
-        rehearser=ScriptedBackend("rehearser", tokenizer, ATTEMPT_2 + [EVAL_2, SUMMARY], log),
+        rehearser=ScriptedBackend(tokenizer, ATTEMPT_2 + [EVAL_2, SUMMARY], name="rehearser", log=log),
         rehearser_tokenizer=tokenizer, config=TTSConfig(mode="sequential", n=1)))
     fields = result.fields
     assert fields["status"] == "failed" and fields["score"] == 0.0

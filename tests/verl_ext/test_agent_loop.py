@@ -15,6 +15,7 @@ from envace.rollout import RolloutConfig, run_rollout
 from envace.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
 from envace.verl_ext.advantage import ESTIMATOR, role_group_ids
 from envace.verl_ext.agent_loop import ServerManagerBackend, trajectory_outputs
+from tests.fixtures import ScriptedServerManager
 
 TOOLS = [
     {
@@ -196,20 +197,6 @@ def test_episode_rule_defaults_and_switches_from_verl_config():
     assert old.terminate_on_rehearsal_error is False and old.replay_user_turns is False
     assert old.context_budget == "episode" and old.prompt_name == "rehearsal_v1"
     assert old.turn_cap == "every_turn"
-
-
-class ScriptedServerManager:
-    """verl's server-manager interface replying with scripted texts (tiny tokenizer)."""
-
-    def __init__(self, tokenizer, texts):
-        self.tokenizer, self.texts, self.prompts = tokenizer, list(texts), []
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
-        self.prompts.append(list(prompt_ids))
-        ids = self.tokenizer.encode(self.texts.pop(0), add_special_tokens=False)
-        ids = ids[: sampling_params["max_tokens"]]
-        ids.append(self.tokenizer.eos_token_id)
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
 def _scripted_loop(texts, section=None):

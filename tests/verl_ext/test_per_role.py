@@ -13,7 +13,6 @@ from transfer_queue import KVBatchMeta
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
-from verl.workers.rollout.replica import TokenOutput
 
 from envace.config import load_config
 from envace.rollout import Mode, RolloutConfig, run_rollout
@@ -31,16 +30,10 @@ from envace.verl_ext.per_role import (
     split_batch_by_role,
     split_nodes,
 )
+from tests.fixtures import WEATHER_TOOL as TOOL
+from tests.fixtures import ScriptedServerManager
 
 CFG = load_config("config/config.yaml")
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 TASK = [{"role": "user", "content": "Weather in Oslo?"}]
 
 
@@ -112,27 +105,11 @@ def test_split_nodes_refuses_uneven(nodes, gpus):
 # ---------------------------------------------------------------- routing in the agent loop
 
 
-class ScriptedServer:
-    """verl's server-manager ``generate`` with scripted replies; records every prompt it was sent."""
-
-    def __init__(self, tokenizer, texts):
-        self.tok = tokenizer
-        self.texts = list(texts)
-        self.prompts = []
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
-        self.prompts.append(list(prompt_ids))
-        ids = self.tok.encode(self.texts.pop(0), add_special_tokens=False)
-        ids = ids[: sampling_params["max_tokens"] - 1]
-        ids.append(self.tok.eos_token_id)
-        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
-
-
 def test_role_routing_sends_each_role_to_its_own_policy():
     tok = build_tiny_tokenizer()
     call = render_tool_call(ToolCall("get_weather", {"city": "Oslo"}))
-    act = ScriptedServer(tok, [call, call, "It is 4 degrees."])
-    reh = ScriptedServer(tok, ['<execution_result>{"temp": 4}</execution_result>'] * 2)
+    act = ScriptedServerManager(tok, [call, call, "It is 4 degrees."])
+    reh = ScriptedServerManager(tok, ['<execution_result>{"temp": 4}</execution_result>'] * 2)
     client = RoleRoutingClient({"act": act, "rehearse": reh})
     cfg = RolloutConfig(max_turns=5, act_sampling={"max_tokens": 64}, rehearse_sampling={"max_tokens": 64})
     policy, rehearser, run_cfg = role_backends(client, {"logprobs": True}, cfg)
@@ -145,7 +122,8 @@ def test_role_routing_sends_each_role_to_its_own_policy():
     assert roles == ["act", "rehearse", "act", "rehearse", "act"]  # both policies' rows are trained
     act_rows = [o.prompt_ids for o in outs if o.extra_fields["envace_role"] == "act"]
     reh_rows = [o.prompt_ids for o in outs if o.extra_fields["envace_role"] == "rehearse"]
-    assert act_rows == act.prompts and reh_rows == reh.prompts  # each row's prompt went to its role's server
+    # each row's prompt went to its role's server
+    assert act_rows == act.prompt_ids and reh_rows == reh.prompt_ids
     assert len(trajectory_outputs(traj, 1.0)) == 3  # without train_all only ACT rows (the GRPO baseline)
     assert policy.request_id != rehearser.request_id
 
@@ -154,8 +132,8 @@ def test_agent_loop_per_role_branch(per_role_cfg):
     """EnvaceAgentLoop.run with envace.roles=per_role and a RoleRoutingClient as verl's server manager."""
     tok = build_tiny_tokenizer()
     call = render_tool_call(ToolCall("get_weather", {"city": "Oslo"}))
-    act = ScriptedServer(tok, [call, "Sunny."])
-    reh = ScriptedServer(tok, ['<execution_result>{"temp": 4}</execution_result>'])
+    act = ScriptedServerManager(tok, [call, "Sunny."])
+    reh = ScriptedServerManager(tok, ['<execution_result>{"temp": 4}</execution_result>'])
     cfg = OmegaConf.create(OmegaConf.to_container(per_role_cfg, resolve=True))
     cfg.reward.custom_reward_function.path = None  # no judge here: the reward is verl's business
     loop = EnvaceAgentLoop(
@@ -169,16 +147,16 @@ def test_agent_loop_per_role_branch(per_role_cfg):
     params = {"temperature": 1.0, "top_p": 1.0, "logprobs": True}
     outs = asyncio.run(loop.run(params, raw_prompt=TASK, extra_info={"tools": [TOOL], "references": []}))
     assert [o.extra_fields["envace_role"] for o in outs] == ["act", "rehearse", "act"]
-    assert len(act.prompts) == 2 and len(reh.prompts) == 1 and not act.texts and not reh.texts
-    assert outs[1].prompt_ids == reh.prompts[0] and outs[2].prompt_ids == act.prompts[1]
+    assert len(act.prompt_ids) == 2 and len(reh.prompt_ids) == 1 and not act.texts and not reh.texts
+    assert outs[1].prompt_ids == reh.prompt_ids[0] and outs[2].prompt_ids == act.prompt_ids[1]
 
 
 def test_routing_client_defaults_to_act_and_requires_both_roles():
     tok = build_tiny_tokenizer()
-    act, reh = ScriptedServer(tok, ["a"]), ScriptedServer(tok, [])
+    act, reh = ScriptedServerManager(tok, ["a"]), ScriptedServerManager(tok, [])
     client = RoleRoutingClient({"act": act, "rehearse": reh})
     out = asyncio.run(client.generate("r", prompt_ids=[1, 2], sampling_params={"max_tokens": 8}))
-    assert act.prompts == [[1, 2]] and not reh.prompts and out.token_ids[-1] == tok.eos_token_id
+    assert act.prompt_ids == [[1, 2]] and not reh.prompt_ids and out.token_ids[-1] == tok.eos_token_id
     client.tokenizer = tok
     assert act.tokenizer is tok and reh.tokenizer is tok
     with pytest.raises(KeyError):
@@ -190,7 +168,7 @@ def test_routing_client_defaults_to_act_and_requires_both_roles():
 def test_per_role_without_routing_client_is_a_clear_error():
     tok = build_tiny_tokenizer()
     with pytest.raises(TypeError, match="role_client"):
-        role_backends(ScriptedServer(tok, []), {}, RolloutConfig())
+        role_backends(ScriptedServerManager(tok, []), {}, RolloutConfig())
     with pytest.raises(ValueError, match="rehearsal"):
         grpo = RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR)
         role_backends(RoleRoutingClient({"act": 1, "rehearse": 2}), {}, grpo)
