@@ -205,12 +205,12 @@ def load_evaluation(
     method = aggregate.get("method", "pooled")
     if method not in METHODS:
         raise ValueError(f"aggregate.method must be one of {METHODS}, got {method!r}")
-    if "overall" in aggregate and method != "bfcl_eval":
+    overall = aggregate.get("overall", "leaderboard")  # the schema's default fills it in for every benchmark
+    if overall != "leaderboard" and method != "bfcl_eval":
         raise ValueError(
-            f"benchmarks.{benchmark}.aggregate.overall is only meaningful with aggregate.method: bfcl_eval "
-            f"(got method {method!r})"
+            f"benchmarks.{benchmark}.aggregate.overall: {overall} is only meaningful with aggregate.method: "
+            f"bfcl_eval (got method {method!r})"
         )
-    overall = aggregate.get("overall", "leaderboard")
     if overall not in OVERALLS:
         raise ValueError(
             f"benchmarks.{benchmark}.aggregate.overall must be one of {tuple(OVERALLS)}, got {overall!r}"
