@@ -31,7 +31,6 @@ Implemented:
 
 from __future__ import annotations
 
-import copy
 import inspect
 import sys
 import tempfile
@@ -70,7 +69,7 @@ def load_agentic_tasks(split: str, limit: int | None, scenarios: list[str] | Non
     from bfcl_eval.utils import is_memory_prereq, load_dataset_entry, load_ground_truth_entry
 
     entries = load_dataset_entry(split, include_prereq=True, include_language_specific_hint=False)
-    answers = {a["id"].replace("memory", split, 1).replace("web_search", split, 1): a["ground_truth"]
+    answers = {a["id"].replace("memory", split, 1).replace("web_search", split, 1): a
                for a in load_ground_truth_entry(split)}
     if split not in MEMORY_SPLITS:
         scenarios = None
@@ -79,17 +78,21 @@ def load_agentic_tasks(split: str, limit: int | None, scenarios: list[str] | Non
     questions = questions[: limit if limit is not None else None]
     used = {e.get("scenario") for e in questions}
     prereqs = [e for e in entries if is_memory_prereq(e["id"]) and e.get("scenario") in used]
+    prereq_ids = {e["id"] for e in prereqs}
     tasks = []
     for entry in prereqs + questions:
         system, first = _split_messages(entry["question"][0])
-        meta: dict[str, Any] = {"entry": entry, "prerequisite": entry in prereqs}
-        if entry in prereqs:
+        meta: dict[str, Any] = {"entry": entry, "prerequisite": entry["id"] in prereq_ids}
+        if meta["prerequisite"]:
             meta["predecessor"] = entry["depends_on"][-1] if entry["depends_on"] else None
         elif split in MEMORY_SPLITS:
             chain = [p["id"] for p in prereqs if p["scenario"] == entry["scenario"]]
             meta["predecessor"] = chain[-1] if chain else None
         if not meta["prerequisite"]:
-            meta["ground_truth"] = answers[entry["id"]]
+            meta["ground_truth"] = answers[entry["id"]]["ground_truth"]
+            # web search: (sub-question, answer, URL) per step, for the gold script and its cache
+            meta["sources"] = [s for s in answers[entry["id"]].get("source") or []
+                               if isinstance(s, dict) and s.get("subquestion") and s.get("source")]
         tools = [to_openai_tool(d) for d in entry["function"]]
         tasks.append(Task(task_id=entry["id"], split=split, system=system, first_user=first, tools=tools,
                           meta=meta))
@@ -168,7 +171,6 @@ class AgenticEpisode:
         self.last_text: str | None = None
         self.extra: dict[str, Any] = {}
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        config = copy.deepcopy(self.entry.get("initial_config", {}))
         if task.split in WEB_SEARCH_SPLITS:
             self.instance = web_search_api_class()()
             self.instance._load_scenario({"show_snippet": task.split != "web_search_no_snippet"})
@@ -183,9 +185,8 @@ class AgenticEpisode:
             if not self.store.place(seed, sample, task.split, task.meta["predecessor"],
                                     snapshot_target(result_dir, task.task_id, scenario)):
                 self.extra["prerequisite_snapshot_missing"] = task.meta["predecessor"]
-            config = {"model_result_dir": result_dir, "scenario": scenario, "test_id": task.task_id,
-                      "test_category": task.split}
-            self.instance._load_scenario(config)
+            self.instance._load_scenario({"model_result_dir": result_dir, "scenario": scenario,
+                                          "test_id": task.task_id, "test_category": task.split})
         self.methods = {name: method for name, method in inspect.getmembers(self.instance, inspect.ismethod)
                         if not name.startswith("_")}
 
@@ -278,21 +279,11 @@ def gold_turns(task: Task) -> list[list[ToolCall]]:
             args = {} if task.split == "memory_rec_sum" else {"query": task.first_user}
             turns[0] = [ToolCall(_READ[task.split], args)]
         return turns
-    sources = _sources(task)
+    sources = task.meta["sources"]
     turns[0] = [ToolCall("search_engine_query", {"keywords": s["subquestion"]}) for s in sources]
     if sources:
         turns[0].append(ToolCall("fetch_url_content", {"url": sources[-1]["source"], "mode": "truncate"}))
     return turns
-
-
-def _sources(task: Task) -> list[dict[str, str]]:
-    from bfcl_eval.utils import load_ground_truth_entry
-
-    number = task.task_id.rsplit("_", 1)[1]
-    for entry in load_ground_truth_entry(task.split):
-        if entry["id"] == f"web_search_{number}":
-            return [s for s in entry.get("source", []) if s.get("subquestion") and s.get("source")]
-    return []
 
 
 def gold_cache_records(tasks: list[Task]) -> list[dict[str, Any]]:
@@ -302,7 +293,7 @@ def gold_cache_records(tasks: list[Task]) -> list[dict[str, Any]]:
     for task in tasks:
         if task.split not in WEB_SEARCH_SPLITS:
             continue
-        for s in _sources(task):
+        for s in task.meta["sources"]:
             item = {"title": s["subquestion"], "link": s["source"], "snippet": s["answer"]}
             records.append({"kind": "search", "request": {"engine": "duckduckgo", "q": s["subquestion"],
                                                           "kl": "wt-wt"},
