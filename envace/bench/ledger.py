@@ -11,12 +11,14 @@ Implemented:
   missing/extra/ill-typed argument, unknown account, insufficient funds, non-positive amount) returns
   an ``{"error": ...}`` observation and leaves the state unchanged. Observations are compact JSON
   (``sort_keys``), so a rehearsal can match them exactly.
-- :func:`generate_tasks`: tasks from a seed, two kinds: ``balance`` ("What is the balance of X?") and
-  ``transfer`` ("Transfer N from X to Y, then tell me Y's new balance."). Each task carries its initial
+- :func:`generate_tasks`: tasks from a seed, two kinds: ``balance`` ('What is the balance of "X"?') and
+  ``transfer`` ('Transfer N from "X" to "Y", then tell me the new balance of "Y".'; names quoted as
+  in the calls' JSON, so that they tokenize alike in both). Each task carries its initial
   state, the reference calls, the expected final state and the expected answer number. Splits ``train``
   and ``test`` come from one stream and are disjoint (no (kind, accounts, amount, balances) in both).
 - :func:`score_episode`: verifiable outcome — the final state equals the expected one (``state``) and
-  the final answer contains the expected number as a token (``answer``); the score is 1 when both hold.
+  the last number of the final answer is the expected one (``answer``; the last, so that an answer
+  listing many numbers does not pass by chance); the score is 1 when both hold.
 - :func:`reference_record` / :func:`write_records`: a task as CM2's labelled record (``uuid``, ``tools``,
   ``messages`` with the reference calls and the real ledger's observations, ``checklists`` as
   ``[annotation][user turn][item]``), the input of ``envace data`` and of the tiny model's warm start,
@@ -140,13 +142,13 @@ def _one_task(rng: random.Random, split: str, index: int) -> LedgerTask:
     if rng.random() < 0.5:
         who = names[0]
         calls = (ToolCall("get_balance", {"account": who}),)
-        return LedgerTask(f"ledger-{split}-{index}", split, "balance", f"What is the balance of {who}?",
+        return LedgerTask(f"ledger-{split}-{index}", split, "balance", f'What is the balance of "{who}"?',
                           initial, calls, dict(initial), initial[who])
     source, target = names[0], names[1]
     amount = rng.randrange(1, initial[source] + 1)
     expected = dict(initial, **{source: initial[source] - amount, target: initial[target] + amount})
     calls = (ToolCall("transfer", {"source": source, "target": target, "amount": amount}),)
-    question = f"Transfer {amount} from {source} to {target}, then tell me {target}'s new balance."
+    question = f'Transfer {amount} from "{source}" to "{target}", then tell me the new balance of "{target}".'
     return LedgerTask(f"ledger-{split}-{index}", split, "transfer", question, initial, calls, expected,
                       expected[target])
 
@@ -167,10 +169,10 @@ def generate_tasks(seed: int, n_train: int, n_test: int) -> dict[str, list[Ledge
 
 
 def score_episode(task: LedgerTask, ledger: Ledger, final_answer: str | None) -> Score:
-    """1 when the final state is the expected one and the answer states the expected number."""
+    """1 when the final state is the expected one and the answer's last number is the expected one."""
     state_ok = ledger.balances == task.expected
     numbers = re.findall(r"-?\d+", final_answer or "")
-    answer_ok = str(task.answer) in numbers
+    answer_ok = bool(numbers) and numbers[-1] == str(task.answer)
     return Score(float(state_ok and answer_ok), {"state": float(state_ok), "answer": float(answer_ok)})
 
 

@@ -49,6 +49,8 @@ def test_tasks_are_seeded_disjoint_and_solved_by_their_reference_calls():
             assert "error" not in json.loads(led.call(call))
         assert score_episode(task, led, f"It is {task.answer}.").score == 1.0
         assert score_episode(task, led, "I do not know.").subscores == {"state": 1.0, "answer": 0.0}
+        # the last number counts: a list of guesses that holds the answer elsewhere does not pass
+        assert score_episode(task, led, f"{task.answer} or {task.answer + 1}").subscores["answer"] == 0.0
 
 
 def test_a_transfer_left_undone_fails_the_state_check():
