@@ -11,6 +11,8 @@ grouping by id alone is exactly the paper's per-(prompt, role) baseline, counted
 authors' code; no std normalisation unless ``algorithm.norm_adv_by_std_in_grpo`` is true. A one-row
 group gets ``A = R`` (``algorithm.envace_singleton_advantage: reward``, the authors' verl GRPO) or 0
 (``zero``, ours before); set from ``training.runs.<run>.episode.singleton_advantage``.
+``algorithm.envace_advantage_sign`` (``episode.advantage_sign``, default 1) multiplies every advantage:
+-1 is the negative control of the learning test (a correct trainer then unlearns), never a method setting.
 
 Rows whose id starts with :data:`PAD_PREFIX` (or whose response mask is all zero) form no group with
 anything else: padding never enters a baseline.
@@ -67,8 +69,11 @@ def compute_role_wise_advantage(
     )
     norm = bool(config.get("norm_adv_by_std_in_grpo", False)) if config is not None else False
     singleton = str(config.get("envace_singleton_advantage", "reward")) if config is not None else "reward"
-    adv = role_wise_grpo(ids, np.zeros(len(ids), dtype=np.int64), rewards, norm_by_std=norm,
-                         singleton=singleton)
+    sign = int(config.get("envace_advantage_sign", 1)) if config is not None else 1
+    if sign not in (1, -1):
+        raise ValueError(f"algorithm.envace_advantage_sign must be 1 or -1, got {sign}")
+    adv = sign * role_wise_grpo(ids, np.zeros(len(ids), dtype=np.int64), rewards, norm_by_std=norm,
+                                singleton=singleton)
     scores = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
     scores = scores.unsqueeze(-1) * response_mask
     return scores, scores

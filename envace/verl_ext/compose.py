@@ -3,7 +3,7 @@
 Implemented: :func:`run_overrides` turns ``training.runs.<run>`` (the single source of truth) into Hydra
 override strings for verl's ``ppo_trainer`` (its ``episode`` block -> ``envace.terminate_on_rehearsal_error``,
 ``envace.replay_user_turns``, ``envace.context_budget``, ``envace.rehearsal_prompt``, ``envace.turn_cap``,
-``envace.max_env_steps``, ``algorithm.envace_singleton_advantage``);
+``envace.max_env_steps``, ``algorithm.envace_singleton_advantage``, ``algorithm.envace_advantage_sign``);
 :func:`compose` composes ``envace/verl_ext/config/<run>.yaml``
 (which holds only differences from verl's defaults) with those overrides using Hydra's compose API, the
 same composition ``python -m verl.trainer.main_ppo --config-path ... --config-name <run>`` performs.
@@ -41,6 +41,7 @@ EPISODE_DEFAULTS: dict[str, Any] = {
     "rehearsal_prompt": "rehearsal_v2",
     "turn_cap": "user_turn_end",
     "max_env_steps": 200,
+    "advantage_sign": 1,  # ours: -1 only as the learning test's negative control
 }
 
 
@@ -117,6 +118,7 @@ def run_overrides(
         "envace.turn_cap": ep["turn_cap"],
         "envace.max_env_steps": int(ep["max_env_steps"]),
         "algorithm.envace_singleton_advantage": ep["singleton_advantage"],
+        "algorithm.envace_advantage_sign": int(ep["advantage_sign"]),
     }
     if r.get("algorithm") == "grpo":
         o["envace.simulator.model"] = r["simulator"]

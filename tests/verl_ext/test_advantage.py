@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from envace.verl_ext.advantage import compute_role_wise_advantage, role_group_ids
+from envace.verl_ext.advantage import ESTIMATOR, compute_role_wise_advantage, role_group_ids
 
 
 def _batch(rewards: list[float], t: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,3 +36,19 @@ def test_singleton_switch(setting: str, expected: float) -> None:
     cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": False, "envace_singleton_advantage": setting})
     adv, _ = compute_role_wise_advantage(scores, mask, index=ids, config=cfg)
     np.testing.assert_allclose(adv.numpy(), np.full((1, 3), expected), atol=1e-6)
+
+
+def test_advantage_sign_negative_control() -> None:
+    """``envace_advantage_sign: -1`` (the learning test's negative control) negates every advantage,
+    as verl's registry hands the estimator to the trainer; any other value is refused."""
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    fn = get_adv_estimator_fn(ESTIMATOR)
+    ids = role_group_ids(["u", "u", "v"], ["act", "act", "act"])
+    scores, mask = _batch([1.0, 0.0, 0.7])
+    base, _ = fn(scores, mask, index=ids, config=OmegaConf.create({"envace_advantage_sign": 1}))
+    flipped, _ = fn(scores, mask, index=ids, config=OmegaConf.create({"envace_advantage_sign": -1}))
+    np.testing.assert_allclose(flipped.numpy(), -base.numpy(), atol=1e-6)
+    assert float(base[0, 0]) > 0 > float(flipped[0, 0])
+    with pytest.raises(ValueError, match="envace_advantage_sign"):
+        fn(scores, mask, index=ids, config=OmegaConf.create({"envace_advantage_sign": 0}))
