@@ -152,16 +152,30 @@ _CORPUS = [
     "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?'\"()[]{}<>/\\-_=+*&^%$#@~`|",
     "# Tools\n# Caller output\n# Call to execute\n# Conversation so far\n[user]\n[assistant]\n[tool]\n",
 ]
+#: The ledger benchmark's vocabulary (envace/bench/ledger.py: its account pool, tool names and phrasing), so
+#: that an account name is one token, the same in a question and in a call's JSON (both quote it): a
+#: name split into pieces that differ between the two (' a|li|ce' vs '"al|i|ce') kept the 2-layer model
+#: from learning to copy it (issue 15). tests/core/test_tiny_model.py checks it against the benchmark.
+_LEDGER_CORPUS = [
+    "alice bob carol dave erin frank grace heidi ivan judy mallory oscar",
+    '"alice" "bob" "carol" "dave" "erin" "frank" "grace" "heidi" "ivan" "judy" "mallory" "oscar"',
+    "You manage a small ledger through its tools. Use them, then answer the user briefly.",
+    'What is the balance of "alice"? Transfer 17 from "bob" to "carol",',
+    'then tell me the new balance of "carol".',
+    '{"name": "get_balance", "arguments": {"account": "alice"}} {"name": "list_accounts", "arguments": {}}',
+    '{"name": "transfer", "arguments": {"source": "bob", "target": "carol", "amount": 17}}',
+    '{"account":"alice","balance":57} {"ok":true,"source_balance":30,"target_balance":30} The result: ',
+]
 
 
 def _corpus() -> list[str]:
     """The built-in training corpus: the sentences above, the rehearsal prompt's text (so rehearsal
-    contexts tokenize compactly), numbers and JSON-ish fragments."""
+    contexts tokenize compactly), the ledger benchmark's vocabulary, numbers and JSON-ish fragments."""
     prompt = load_prompt("rehearsal_v1")
     prompt_text = [v for v in prompt.values() if isinstance(v, str)]
     numbers = [" ".join(str(i) for i in range(k, k + 50)) for k in range(0, 3000, 50)]
     fields = [f'{{"id": {i}, "name": "item_{i}", "price": {i * 1.5}, "ok": true}}' for i in range(200)]
-    return (_CORPUS + prompt_text) * 4 + numbers + fields
+    return (_CORPUS + prompt_text) * 4 + _LEDGER_CORPUS * 3 + numbers + fields
 
 
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:

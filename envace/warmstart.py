@@ -40,7 +40,8 @@ text, which is what the conversation needs to proceed. Training on long prompts 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -56,7 +57,7 @@ from envace.rehearsal import (
 )
 from envace.tools import ToolCall, assistant_message, render_tool_call, tool_message
 
-__all__ = ["USER_SYSTEM", "GREETING", "sft_sequences", "sft"]
+__all__ = ["USER_SYSTEM", "GREETING", "BEHAVIOURS", "sft_sequences", "sft"]
 
 #: System turn of the simulated-user examples (our wording).
 USER_SYSTEM = "You play a customer talking to an assistant. State your request in one message."
@@ -103,9 +104,19 @@ def _rehearsal_rows(ex: TrainingExample, calls: list[ToolCall], caller_text: str
     return rows
 
 
+BEHAVIOURS: tuple[str, ...] = ("act", "answer", "user", "rehearse")
+
+
 def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
-                  rehearsal_prompt: str = "rehearsal_v2") -> list[tuple[list[int], int]]:
-    """SFT rows ``(prompt ids + response ids + [eos], len(prompt ids))`` (see the module docstring)."""
+                  rehearsal_prompt: str = "rehearsal_v2", behaviours: Sequence[str] = BEHAVIOURS,
+                  template_variants: Sequence[dict[str, Any]] = _TEMPLATE_VARIANTS
+                  ) -> list[tuple[list[int], int]]:
+    """SFT rows ``(prompt ids + response ids + [eos], len(prompt ids))`` (see the module docstring), of
+    the given ``behaviours`` (a subset of :data:`BEHAVIOURS`), each prompt rendered with each of
+    ``template_variants`` (chat-template keyword arguments)."""
+    unknown = set(behaviours) - set(BEHAVIOURS)
+    if unknown:
+        raise ValueError(f"unknown warm-start behaviours {sorted(unknown)}; known: {list(BEHAVIOURS)}")
     eos = tokenizer.eos_token_id
     prompt = RehearsalPrompt(rehearsal_prompt)
     rows: list[tuple[list[int], int]] = []
@@ -114,22 +125,22 @@ def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
         calls = [ToolCall(c["name"], c["arguments"]) for c in ex.reference_calls]
         responses = [_response_text(r["response"]) for r in ex.references[: len(calls)]]
         act_text = "\n".join(render_tool_call(c) for c in calls)
-        if calls:
+        if calls and "act" in behaviours:
             targets.append((ex.prompt, ex.tools, act_text))
-        if calls and len(responses) == len(calls):
+        if calls and len(responses) == len(calls) and "answer" in behaviours:
             answered = [*ex.prompt, assistant_message("", calls),
                         *(tool_message(r, c.name) for c, r in zip(calls, responses, strict=True))]
             targets.append((answered, ex.tools, f"The result: {responses[0]}"))
         request = _first_user_text(ex)
-        if request is not None:
+        if request is not None and "user" in behaviours:
             chat = [{"role": "system", "content": USER_SYSTEM}, {"role": "user", "content": GREETING}]
             targets.append((chat, None, request))
         for messages, tools, text in targets:
             target = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
-            for kwargs in _TEMPLATE_VARIANTS:
+            for kwargs in template_variants:
                 ids = _prompt_ids(tokenizer, messages, tools, kwargs)
                 rows.append((ids + target, len(ids)))
-        for kwargs in _TEMPLATE_VARIANTS:
+        for kwargs in template_variants if "rehearse" in behaviours else ():
             rows.extend(_rehearsal_rows(ex, calls, act_text, responses, tokenizer, prompt, kwargs))
     return rows
 
@@ -151,27 +162,38 @@ def _response_nll(model: torch.nn.Module, rows: list[tuple[list[int], int]], pad
 
 
 def sft(model: torch.nn.Module, rows: list[tuple[list[int], int]], steps: int, lr: float, pad_id: int,
-        micro_batch_rows: int = 8, grad_clip: float = 1.0) -> list[float]:
-    """``steps`` full-batch SFT steps on ``rows``; returns the mean token loss of each step.
+        micro_batch_rows: int = 8, grad_clip: float = 1.0, batch_rows: int | None = None,
+        seed: int = 0, after_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """``steps`` SFT steps on ``rows``; returns the mean token loss of each step.
 
-    Leaves ``model`` in eval mode. An empty ``rows`` or ``steps == 0`` trains nothing.
+    ``batch_rows=None``: every step uses all rows (full batch). ``batch_rows=B``: every step uses ``B``
+    rows drawn without replacement by a ``random.Random(seed)`` (mini-batch SGD: many more updates per
+    CPU second when ``rows`` is large). ``after_step(step, loss)`` is called after each step (1-based),
+    with ``model`` in eval mode (put back in train mode after). Leaves ``model`` in eval mode. An empty
+    ``rows`` or ``steps == 0`` trains nothing.
     """
     if not rows or steps <= 0:
         return []
-    rows = sorted(rows, key=lambda r: len(r[0]))
-    n_tokens = sum(len(seq) - p for seq, p in rows)
+    rng = random.Random(seed)
     optim = torch.optim.AdamW(model.parameters(), lr=lr)
     losses: list[float] = []
     model.train()
     for _ in range(steps):
+        batch = rows if batch_rows is None or batch_rows >= len(rows) else rng.sample(rows, batch_rows)
+        batch = sorted(batch, key=lambda r: len(r[0]))
+        n_tokens = sum(len(seq) - p for seq, p in batch)
         total = 0.0
-        for i in range(0, len(rows), micro_batch_rows):
-            part = _response_nll(model, rows[i: i + micro_batch_rows], pad_id) / n_tokens
+        for i in range(0, len(batch), micro_batch_rows):
+            part = _response_nll(model, batch[i: i + micro_batch_rows], pad_id) / n_tokens
             part.backward()
             total += float(part.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optim.step()
         optim.zero_grad(set_to_none=True)
         losses.append(total)
+        if after_step is not None:
+            model.eval()
+            after_step(len(losses), total)
+            model.train()
     model.eval()
     return losses

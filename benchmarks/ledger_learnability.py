@@ -1,0 +1,98 @@
+"""Can the tiny smoke model learn the ledger by SFT on CPU, and how fast? (issue 15, measurement).
+
+Warm-starts the tiny model (``envace.tiny_model``, in-process) with ``envace.warmstart.sft`` in
+mini-batches on the reference records of the ledger's train split, and at the given steps evaluates
+the held-out test split through the evaluation runner (``envace.bench.runner.run_samples``, the real
+ledger environment, ``HFGenerateBackend`` sampling) at two temperatures. Prints one Markdown row per
+evaluation: step, CPU seconds of SFT so far, the last step's loss, success, the state check on transfer
+tasks (the right transfer was made) and the answer check.
+
+This is what decides the smoke model and warm-start size of the learning test: the test needs a warm
+start whose held-out success is clearly above 0 and below 1 at the rollout temperature.
+
+Usage:
+    .venv/bin/python benchmarks/ledger_learnability.py --steps 2000 --eval-at 500,1000,1500,2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from envace.bench.base import Services
+from envace.bench.ledger import LedgerAdapter, generate_tasks, reference_record
+from envace.bench.runner import run_samples
+from envace.data import normalize_record
+from envace.results import read_results
+from envace.rollout import Mode, RolloutConfig
+from envace.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
+from envace.warmstart import sft, sft_sequences
+
+
+def held_out(model: torch.nn.Module, tokenizer, adapter: LedgerAdapter, temperature: float,
+             samples: int, seed: int) -> dict[str, float]:
+    """Success, transfer-state and answer rates on the test split (``samples`` per task)."""
+    tasks = adapter.load_tasks(["test"], None)
+    config = RolloutConfig(mode=Mode.REAL, max_turns=4, max_prompt_tokens=4096, max_response_tokens=4096,
+                           act_sampling={"temperature": temperature, "max_tokens": 64})
+    backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, _ = asyncio.run(run_samples(
+            adapter=adapter, tasks=tasks, samples=samples, seed=seed, services=Services(),
+            backend_for=lambda task, sample: backend, tokenizer=tokenizer, config=config,
+            out=Path(tmp) / "ledger.jsonl",
+            manifest={"model": "tiny", "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
+                      "package_versions": {}},
+            progress=False, keep_trajectory=False))
+        lines = read_results(path).lines
+    kind = {t.task_id: t.meta["ledger_task"].kind for t in tasks}
+    transfers = [x for x in lines if kind[x["task_id"]] == "transfer"]
+    return {"success": sum(x["score"] for x in lines) / len(lines),
+            "transfer_state": sum(x["subscores"]["state"] for x in transfers) / max(1, len(transfers)),
+            "answer": sum(x["subscores"]["answer"] for x in lines) / len(lines)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1000, help="SFT steps")
+    ap.add_argument("--eval-at", default="250,500,750,1000", help="comma-separated steps to evaluate at")
+    ap.add_argument("--lr", type=float, default=1e-2, help="AdamW learning rate")
+    ap.add_argument("--batch-rows", type=int, default=16, help="rows per SFT step")
+    ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks")
+    ap.add_argument("--behaviours", default="act,answer", help="warm-start behaviours (envace.warmstart)")
+    ap.add_argument("--samples", type=int, default=4, help="samples per held-out task")
+    ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    adapter = LedgerAdapter({"seed": 0, "n_train": args.n_train, "n_test": 32})
+    examples = [normalize_record(reference_record(t), i)
+                for i, t in enumerate(generate_tasks(0, args.n_train, 32)["train"])]
+    model, tokenizer = tiny_model_and_tokenizer(args.seed)
+    rows = sft_sequences(examples, tokenizer, behaviours=args.behaviours.split(","), template_variants=({},))
+    print(f"{len(rows)} rows, mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens\n")
+    cols = "success / transfer state / answer"
+    print(f"| step | SFT s | loss | T=1.0 {cols} | T=0.6 {cols} |\n|---|---|---|---|---|")
+    eval_at = {int(x) for x in args.eval_at.split(",")}
+    spent = [0.0, time.process_time()]  # SFT CPU seconds so far, start of the current stretch
+
+    def report(step: int, loss: float) -> None:
+        if step not in eval_at:
+            return
+        spent[0] += time.process_time() - spent[1]
+        cells = []
+        for temperature in (1.0, 0.6):
+            r = held_out(model, tokenizer, adapter, temperature, args.samples, args.seed)
+            cells.append(f"{r['success']:.3f} / {r['transfer_state']:.3f} / {r['answer']:.3f}")
+        print(f"| {step} | {spent[0]:.0f} | {loss:.3f} | {cells[0]} | {cells[1]} |", flush=True)
+        spent[1] = time.process_time()
+
+    sft(model, rows, args.steps, args.lr, tokenizer.pad_token_id, batch_rows=args.batch_rows, seed=args.seed,
+        after_step=report)
+
+if __name__ == "__main__":
+    main()
