@@ -42,6 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warmstart-data", help="CM2 records (JSON/JSONL/parquet) for the SFT warm start")
     p.add_argument("--warmstart-steps", type=int, default=60, help="SFT steps (ours; 0 = no warm start)")
     p.add_argument("--warmstart-lr", type=float, default=3e-2, help="SFT learning rate (ours)")
+    p.add_argument("--warmstart-batch-rows", type=int,
+                   help="rows per SFT step, drawn with the seed (default: all rows every step)")
     p.add_argument("--cache", default=os.environ.get(CACHE_ENV) or None,
                    help=f"build cache folder (default ${CACHE_ENV}; unset = always build): a build with "
                         "the same key is copied from DIR/tiny-<key> instead of trained again")
@@ -54,7 +56,8 @@ def build_key(args: argparse.Namespace) -> str:
 
     warm = bool(args.warmstart_data and args.warmstart_steps > 0)
     h = hashlib.sha256(json.dumps({"seed": args.seed, "steps": args.warmstart_steps if warm else 0,
-                                   "lr": args.warmstart_lr if warm else None}).encode())
+                                   "lr": args.warmstart_lr if warm else None,
+                                   "batch_rows": args.warmstart_batch_rows if warm else None}).encode())
     if warm:
         h.update(Path(args.warmstart_data).read_bytes())
     for path in sorted(_PACKAGE.rglob("*")):
@@ -104,10 +107,12 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         rows = sft_sequences(examples, tokenizer)
         torch.manual_seed(args.seed)
         t0 = time.perf_counter()
-        losses = sft(model, rows, args.warmstart_steps, args.warmstart_lr, tokenizer.pad_token_id)
+        losses = sft(model, rows, args.warmstart_steps, args.warmstart_lr, tokenizer.pad_token_id,
+                     batch_rows=args.warmstart_batch_rows, seed=args.seed)
         model.save_pretrained(out)
         info["warmstart"] = {"data": args.warmstart_data, "examples": len(examples), "rows": len(rows),
                              "steps": args.warmstart_steps, "lr": args.warmstart_lr,
+                             "batch_rows": args.warmstart_batch_rows,
                              "loss_first": losses[0], "loss_last": losses[-1],
                              "seconds": round(time.perf_counter() - t0, 1)}
         print(f"tiny-model: warm start {len(rows)} rows from {len(examples)} examples, "
