@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "envace.commands.train",
     "envace.commands.data",
     "envace.commands.plan",
+    "envace.commands.ledger",
 ]
 
 
