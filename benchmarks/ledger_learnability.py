@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--behaviours", default="act,answer", help="warm-start behaviours (envace.warmstart)")
     ap.add_argument("--samples", type=int, default=4, help="samples per held-out task")
     ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
+    ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
     args = ap.parse_args()
     torch.set_num_threads(2)
     adapter = LedgerAdapter({"seed": 0, "n_train": args.n_train, "n_test": 32})
@@ -93,6 +94,9 @@ def main() -> None:
 
     sft(model, rows, args.steps, args.lr, tokenizer.pad_token_id, batch_rows=args.batch_rows, seed=args.seed,
         after_step=report)
+    if args.save:
+        model.save_pretrained(args.save)
+        tokenizer.save_pretrained(args.save)
 
 if __name__ == "__main__":
     main()

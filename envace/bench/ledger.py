@@ -9,7 +9,7 @@ Implemented:
   (:data:`TOOLS`): ``list_accounts()``, ``get_balance(account)``, ``transfer(source, target, amount)``.
   Calls are dispatched by name to whitelisted methods (:meth:`Ledger.call`); a bad call (unknown tool,
   missing/extra/ill-typed argument, unknown account, insufficient funds, non-positive amount) returns
-  an ``{"error": ...}`` observation and leaves the state unchanged. Observations are compact JSON
+  an ``{"error": ...}`` observation and leaves the state unchanged. Observations are JSON
   (``sort_keys``), so a rehearsal can match them exactly.
 - :func:`generate_tasks`: tasks from a seed, two kinds: ``balance`` ('What is the balance of "X"?') and
   ``transfer`` ('Transfer N from "X" to "Y", then tell me the new balance of "Y".'; names quoted as
@@ -68,7 +68,10 @@ _ARGS = {t["function"]["name"]: {k: v["type"] for k, v in t["function"]["paramet
 
 
 def _obs(payload: dict[str, Any]) -> str:
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    # json.dumps' default separators: the text a CM2 record's parsed response is dumped back to (the warm
+    # start's answer rows, envace.warmstart), so a model sees one spelling of an observation. With the
+    # compact spelling the warm-started model copied the numbers in training and never at evaluation.
+    return json.dumps(payload, sort_keys=True)
 
 
 @dataclass

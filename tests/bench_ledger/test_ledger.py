@@ -121,3 +121,10 @@ def test_selfcheck_command_replays_every_task(capsys):
     assert main(["selfcheck", "ledger"]) == 0
     out = capsys.readouterr().out
     assert "train: 64/64" in out and "test: 32/32" in out and "96/96" in out
+
+
+def test_observation_spelling_is_the_warm_starts():
+    """An observation is spelled as json.dumps spells the parsed reference response (what the warm
+    start's answer rows show the model), so evaluation shows the model the spelling it trained on."""
+    obs = Ledger({"alice": 50, "bob": 10}).call(ToolCall("get_balance", {"account": "bob"}))
+    assert obs == json.dumps(json.loads(obs))
