@@ -185,13 +185,11 @@ def test_build_cache_hits_on_the_same_key_and_misses_on_another(tmp_path) -> Non
 
 def test_ledger_names_are_one_token_alike_in_question_and_call(tokenizer) -> None:
     """Every ledger account is one token, the same one where a question quotes it and where a call's
-    JSON does (what lets the smoke model learn to copy it); the tool names are whole tokens too."""
-    from envace.bench.ledger import ACCOUNT_POOL, TOOLS
+    JSON does (what lets the smoke model learn to copy it)."""
+    from envace.bench.ledger import ACCOUNT_POOL
 
     for name in ACCOUNT_POOL:
         question = tokenizer.encode(f'What is the balance of "{name}"?', add_special_tokens=False)
         call = tokenizer.encode(f'{{"account": "{name}"}}', add_special_tokens=False)
         (token,) = tokenizer.encode(name, add_special_tokens=False)
         assert token in question and token in call, name
-    for tool in TOOLS:
-        assert len(tokenizer.encode(tool["function"]["name"], add_special_tokens=False)) == 1
