@@ -237,7 +237,7 @@ class LedgerAdapter:
     name = "ledger"
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
-        cfg = config or {}
+        cfg = (config or {}).get("ledger") or {}  # the benchmark entry's ledger: {seed, n_train, n_test}
         self.seed, self.n_train, self.n_test = (int(cfg.get("seed", 0)), int(cfg.get("n_train", 64)),
                                                 int(cfg.get("n_test", 32)))
         self._tasks = generate_tasks(self.seed, self.n_train, self.n_test)

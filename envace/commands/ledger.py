@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from envace.config import load_config
 
     cfg = load_config(args.config)
-    adapter = LedgerAdapter(cfg.get("benchmarks", {}).get("ledger"))
+    adapter = LedgerAdapter(cfg.get("benchmarks", {}).get("ledger"))  # the benchmark entry (its ledger: key)
     tasks = [t.meta["ledger_task"] for t in adapter.load_tasks([args.split], None)]
     write_records(tasks, Path(args.out))
     print(f"ledger-records: {len(tasks)} {args.split} records -> {args.out} ({adapter.versions()['ledger']})",

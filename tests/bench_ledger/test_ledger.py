@@ -66,7 +66,7 @@ def test_reference_record_is_cm2_shaped_and_replays_in_an_episode():
     assert abs(sum(i["weight"] for i in rec["checklists"][0][0]) - 1.0) < 1e-9
     example = normalize_record(rec, 0)  # what `envace data` reads: CM2's labelled layout
     assert record_layout(rec) == "cm2_labelled" and example.uid == task.task_id
-    adapter = LedgerAdapter({"seed": 1, "n_train": 4, "n_test": 2})
+    adapter = LedgerAdapter({"ledger": {"seed": 1, "n_train": 4, "n_test": 2}})
     (t,) = [x for x in adapter.load_tasks(["train"], None) if x.task_id == task.task_id]
     ep = adapter.new_episode(t, 0, 0, Services())
     for msg, nxt in zip(rec["messages"], rec["messages"][1:], strict=False):
@@ -77,7 +77,7 @@ def test_reference_record_is_cm2_shaped_and_replays_in_an_episode():
 
 
 def test_adapter_splits_limits_and_unknown_split():
-    adapter = LedgerAdapter({"seed": 0, "n_train": 6, "n_test": 3})
+    adapter = LedgerAdapter({"ledger": {"seed": 0, "n_train": 6, "n_test": 3}})
     assert len(adapter.load_tasks(["train", "test"], 2)) == 4
     with pytest.raises(ValueError, match="unknown split"):
         adapter.load_tasks(["dev"], None)
@@ -104,7 +104,7 @@ def test_gold_replays_through_the_evaluation_runner(tmp_path):
     from envace.bench.scripted import script_for_calls
     from envace.bench.selfcheck import replay_gold
 
-    adapter = LedgerAdapter({"seed": 5, "n_train": 4, "n_test": 4})
+    adapter = LedgerAdapter({"ledger": {"seed": 5, "n_train": 4, "n_test": 4}})
     tasks = adapter.load_tasks(["test"], None)
     scripts = {t.task_id: script_for_calls([list(t.meta["ledger_task"].calls)],
                                            f"The balance is {t.meta['ledger_task'].answer}.") for t in tasks}
@@ -128,3 +128,28 @@ def test_observation_spelling_is_the_warm_starts():
     start's answer rows show the model), so evaluation shows the model the spelling it trained on."""
     obs = Ledger({"alice": 50, "bob": 10}).call(ToolCall("get_balance", {"account": "bob"}))
     assert obs == json.dumps(json.loads(obs))
+
+
+def test_ledger_records_command_reads_the_configs_generator(tmp_path, repo_root, capsys):
+    """``envace ledger-records``: the split's records of ``benchmarks.ledger.ledger`` (seed, sizes), written
+    atomically; an unknown key in that entry is a config error naming it."""
+    import yaml
+
+    from envace.cli import main
+
+    cfg = yaml.safe_load((repo_root / "config/smoke.yaml").read_text())
+    cfg["benchmarks"]["ledger"] = {"package": "envace", "splits": ["test"],
+                                   "ledger": {"seed": 3, "n_train": 5, "n_test": 2},
+                                   "aggregate": {"metric": "score",
+                                                 "groups": {"test": {"weight": 1, "splits": ["test"]}}}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "train.jsonl"
+    assert main(["ledger-records", "--config", str(path), "--split", "train", "--out", str(out)]) == 0
+    ids = [json.loads(x)["uuid"] for x in out.read_text().splitlines()]
+    assert ids == [t.task_id for t in generate_tasks(3, 5, 2)["train"]]
+    cfg["benchmarks"]["ledger"]["ledger"]["n_tasks"] = 4
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["ledger-records", "--config", str(path), "--out", str(tmp_path / "x.jsonl")]) == 1
+    assert "benchmarks.ledger.ledger" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
