@@ -67,8 +67,9 @@ def main() -> None:
     ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks")
     ap.add_argument("--behaviours", default="act,answer", help="warm-start behaviours (envace.warmstart)")
     ap.add_argument("--template-variants", choices=["plain", "both"], default="both",
-                    help="chat-template variants of each row: plain ({}), or both ({} and enable_thinking=False, "
-                         "the warm start's default: evaluation renders the first, verl's rollout the second)")
+                    help="chat-template variants of each row: plain ({}), or both ({} and "
+                         "enable_thinking=False, the warm start's default: evaluation renders the first, "
+                         "verl's rollout the second)")
     ap.add_argument("--samples", type=int, default=4, help="samples per held-out task")
     ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
@@ -78,7 +79,7 @@ def main() -> None:
     examples = [normalize_record(reference_record(t), i)
                 for i, t in enumerate(generate_tasks(0, args.n_train, 32)["train"])]
     model, tokenizer = tiny_model_and_tokenizer(args.seed)
-    rows = sft_sequences(examples, tokenizer, behaviours=args.behaviours.split(","), 
+    rows = sft_sequences(examples, tokenizer, behaviours=args.behaviours.split(","),
                          **({"template_variants": ({},)} if args.template_variants == "plain" else {}))
     print(f"{len(rows)} rows, mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens\n")
     cols = "success / transfer state / answer"
@@ -88,8 +89,8 @@ def main() -> None:
 
     def report(step: int, loss: float) -> None:
         if step % 100 == 0:
-            print(f"[step {step}] loss {loss:.3f}, {spent[0] + time.process_time() - spent[1]:.0f} CPU s of SFT",
-                  file=sys.stderr, flush=True)
+            cpu = spent[0] + time.process_time() - spent[1]
+            print(f"[step {step}] loss {loss:.3f}, {cpu:.0f} CPU s of SFT", file=sys.stderr, flush=True)
         if step not in eval_at:
             return
         spent[0] += time.process_time() - spent[1]
