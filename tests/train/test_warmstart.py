@@ -8,7 +8,7 @@ from envace.cli import main
 from envace.data import convert
 from envace.rehearsal import OutcomeKind, parse_rehearsal_output
 from envace.tiny_model import tiny_model_and_tokenizer
-from envace.warmstart import GREETING, USER_SYSTEM, sft, sft_sequences
+from envace.warmstart import GREETING, USER_SYSTEM, _response_nll, sft, sft_sequences
 
 FIXTURE = "tests/data/cm2_fixture.jsonl"
 
@@ -65,6 +65,23 @@ def test_sft_lowers_the_loss_and_changes_only_the_model(repo_root):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert not model.training
     assert sft(model, [], steps=3, lr=1e-2, pad_id=0) == [] and sft(model, rows, 0, 1e-2, 0) == []
+
+
+def test_response_nll_is_the_full_logits_loss(repo_root):
+    """The LM head on response positions only gives the loss of projecting every position."""
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    rows = sft_sequences(_examples(repo_root)[:2], tok)[:5]
+    length = max(len(seq) for seq, _ in rows)
+    ids = torch.full((len(rows), length), tok.pad_token_id)
+    attn, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
+    for b, (seq, prompt_len) in enumerate(rows):
+        ids[b, : len(seq)], attn[b, : len(seq)] = torch.tensor(seq), 1
+        labels[b, prompt_len: len(seq)] = torch.tensor(seq[prompt_len:])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn).logits
+        full = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                 labels[:, 1:].reshape(-1), reduction="sum")
+        assert torch.allclose(_response_nll(model, rows, tok.pad_token_id), full, rtol=1e-5)
 
 
 def test_tiny_model_command_warm_starts_and_records_it(repo_root, tmp_path, capsys):
