@@ -120,6 +120,9 @@ def run_overrides(
         "algorithm.envace_singleton_advantage": ep["singleton_advantage"],
         "algorithm.envace_advantage_sign": int(ep["advantage_sign"]),
     }
+    if r.get("seed") is not None:  # else verl's defaults (data.seed null, rollout.seed 42)
+        o["data.seed"] = int(r["seed"])
+        o["actor_rollout_ref.rollout.seed"] = int(r["seed"])
     if r.get("algorithm") == "grpo":
         o["envace.simulator.model"] = r["simulator"]
     cpu = int(r["gpus_per_node"]) == 0

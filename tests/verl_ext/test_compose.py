@@ -142,6 +142,12 @@ def test_episode_switches_reach_verl():
     assert c.envace.context_budget == "episode" and c.algorithm.envace_singleton_advantage == "zero"
     assert c.envace.rehearsal_prompt == "rehearsal_v1" and c.envace.turn_cap == "every_turn"
     assert c.actor_rollout_ref.actor.loss_agg_mode == "token-mean" and c.algorithm.envace_advantage_sign == -1
+    assert not any(o.startswith(("data.seed=", "actor_rollout_ref.rollout.seed=")) for o in ov)
+    assert compose("envace_8b", ov).actor_rollout_ref.rollout.seed == 42  # no seed: verl's default
+    run["seed"] = 7
+    c = compose("envace_8b", run_overrides(cfg, "envace_8b"))
+    assert c.data.seed == 7 and c.actor_rollout_ref.rollout.seed == 7
+    del run["seed"]
     del run["episode"]  # a run without the block gets the authors' rules
     assert "envace.context_budget=per_generation" in run_overrides(cfg, "envace_8b")
 
