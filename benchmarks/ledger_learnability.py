@@ -72,13 +72,20 @@ def main() -> None:
                          "verl's rollout the second)")
     ap.add_argument("--samples", type=int, default=4, help="samples per held-out task")
     ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
+    ap.add_argument("--init", help="start from this saved model and tokenizer (default: a fresh tiny model)")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
     args = ap.parse_args()
     torch.set_num_threads(2)
     adapter = LedgerAdapter({"ledger": {"seed": 0, "n_train": args.n_train, "n_test": 32}})
     examples = [normalize_record(reference_record(t), i)
                 for i, t in enumerate(generate_tasks(0, args.n_train, 32)["train"])]
-    model, tokenizer = tiny_model_and_tokenizer(args.seed)
+    if args.init:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(args.init)
+        tokenizer = AutoTokenizer.from_pretrained(args.init)
+    else:
+        model, tokenizer = tiny_model_and_tokenizer(args.seed)
     rows = sft_sequences(examples, tokenizer, behaviours=args.behaviours.split(","),
                          **({"template_variants": ({},)} if args.template_variants == "plain" else {}))
     print(f"{len(rows)} rows, mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens\n")

@@ -46,7 +46,9 @@ loop and the reward need:
 - ``references``: ``{"call", "response"}`` pairs from the record's own assistant tool calls and the tool
   messages answering them (matched by ``tool_call_id`` when present, else in order). Privileged: they go
   only into the rehearsal prompt, never into the ACT context.
-- ``reference_calls``: the reference calls of the first user turn (for the verifiable reward).
+- ``reference_calls``: the reference calls of the first user turn (for the verifiable rewards).
+- ``reference_answer``: the content of the last assistant message of the first user turn that calls no
+  tool (the reference final answer; ``""`` when there is none), for ``reward: reference_outcome``.
 - ``checklists``: per user turn, items with weights rescaled to sum to 1 (the paper: weights sum to 1 per
   turn; CM2's labels already do, the authors' code uses them raw); a turn whose weights sum to 0 is a bad
   record.
@@ -61,9 +63,10 @@ Parquet layout (one row per example; verl's ``RLHFDataset`` reads ``prompt``, ``
 ``reward_model`` and ``extra_info``): ``data_source`` ("cm2"), ``prompt`` (list of ``{role, content}``),
 ``uid``, ``reward_model`` (``{"style": "checklist", "ground_truth": <checklists JSON>}``) and
 ``extra_info`` (``index``, ``uid``, ``prompt_tokens`` and JSON strings ``tools``, ``references``,
-``reference_calls``, ``checklists``, ``user_turns``). JSON strings keep heterogeneous tool schemas out of
-parquet's struct typing. :func:`read_training_parquet` turns rows back into :class:`TrainingExample`
-(a row without ``user_turns`` reads as single-turn).
+``reference_calls``, ``checklists``, ``user_turns``; the string ``reference_answer``). JSON strings keep
+heterogeneous tool schemas out of parquet's struct typing. :func:`read_training_parquet` turns rows back
+into :class:`TrainingExample` (a row without ``user_turns`` reads as single-turn, one without
+``reference_answer`` as having none).
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ class TrainingExample:
     checklists: list[list[dict[str, Any]]]
     prompt_tokens: int = 0
     user_turns: list[str] = field(default_factory=list)
+    reference_answer: str = ""
 
     def to_row(self) -> dict[str, Any]:
         """The parquet row (see the module docstring)."""
@@ -129,6 +133,7 @@ class TrainingExample:
                 "reference_calls": json.dumps(self.reference_calls, ensure_ascii=False),
                 "checklists": checklists,
                 "user_turns": json.dumps(self.user_turns, ensure_ascii=False),
+                "reference_answer": self.reference_answer,
             },
         }
 
@@ -146,6 +151,7 @@ class TrainingExample:
             checklists=json.loads(info["checklists"]),
             prompt_tokens=int(info["prompt_tokens"]),
             user_turns=[str(u) for u in json.loads(info.get("user_turns") or "[]")],
+            reference_answer=str(info.get("reference_answer") or ""),
         )
 
 
@@ -377,12 +383,14 @@ def _chat(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": m["role"], "content": str(m.get("content") or "")} for m in messages]
 
 
-def _walk(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """References, first-turn reference calls and later user turns of the dialogue after its first user
-    message."""
+def _walk(messages: list[dict[str, Any]]
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], str]:
+    """References, first-turn reference calls, later user turns and the first turn's final answer of the
+    dialogue after its first user message."""
     references: list[dict[str, Any]] = []
     reference_calls: list[dict[str, Any]] = []
     user_turns: list[str] = []
+    answer = ""
     pending: list[tuple[str | None, dict[str, Any]]] = []  # calls awaiting their tool message
     for m in messages:
         if m["role"] == "user":
@@ -396,6 +404,8 @@ def _walk(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
                 pending.append((item.get("id"), call))
                 if not user_turns:
                     reference_calls.append(call)
+            if not items and not user_turns:
+                answer = str(m.get("content") or "")
         elif m["role"] == "tool":
             if not pending:
                 raise BadRecord("a tool message answers no call")
@@ -408,12 +418,12 @@ def _walk(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
             except ValueError:
                 response = content
             references.append({"call": call, "response": response})
-    return references, reference_calls, user_turns
+    return references, reference_calls, user_turns, answer
 
 
 def _example(uid: str, index: int, messages: list[dict[str, Any]], prompt_end: int,
              tools: list[dict[str, Any]], raw_checklists: Any) -> TrainingExample:
-    references, reference_calls, later = _walk(messages[prompt_end + 1:])
+    references, reference_calls, later, answer = _walk(messages[prompt_end + 1:])
     checklists = _checklists(raw_checklists, len(later) + 1)
     user_turns = later[: len(checklists) - 1]  # authors: the number of turns is the number of checklist turns
     for k, text in enumerate(user_turns, start=1):
@@ -421,7 +431,7 @@ def _example(uid: str, index: int, messages: list[dict[str, Any]], prompt_end: i
             raise BadRecord(f"user turn {k} is empty")
     _check_tool_schemas(tools)
     return TrainingExample(uid, index, _chat(messages[: prompt_end + 1]), tools, references, reference_calls,
-                           checklists, user_turns=user_turns)
+                           checklists, user_turns=user_turns, reference_answer=answer)
 
 
 def _normalize_cm2_row(record: dict[str, Any], index: int) -> TrainingExample:

@@ -101,6 +101,13 @@ in order); with no reference calls, 1 if the episode answered without calling a 
 termination and empty-response rules apply as for the checklist reward: a first turn that did not end in
 a final answer scores 0 (``judge_terminated=False``), and the -0.1 is per row (``per_row``) or replaces
 the episode reward (``episode``).
+
+Verifiable outcome reward (ours, :func:`reference_outcome_reward`, ``reward: reference_outcome``): the
+call F1 above averaged with an answer check — the last number of the episode's first-turn final answer
+equals the last number of the example's reference answer (``extra_info["reference_answer"]``). In a
+rehearsed episode the observation the answer copies is the policy's own rehearsal, so the answer check
+rewards a faithful REHEARSE reply as well as a right ACT call. A reference answer without a number leaves
+the call F1 alone; the termination and empty-response rules are reference_match's.
 """
 
 from __future__ import annotations
@@ -144,6 +151,7 @@ __all__ = [
     "checklist_reward",
     "turn_passes_required",
     "reference_match_reward",
+    "reference_outcome_reward",
     "compute_score",
     "dialogue_continues",
 ]
@@ -780,6 +788,32 @@ def reference_match_reward(messages: list[dict[str, Any]], reference_calls: list
     return RewardResult(2 * precision * recall / (precision + recall), detail={"predicted": len(predicted)})
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _first_turn_answer(messages: list[dict[str, Any]]) -> str:
+    """Content of the last assistant message of the first user turn that calls no tool ("" if none)."""
+    turns = split_turns(messages)
+    answers = [str(m.get("content") or "") for m in (turns[0][1] if turns else [])
+               if m.get("role") == "assistant" and not m.get("tool_calls")]
+    return answers[-1] if answers else ""
+
+
+def reference_outcome_reward(messages: list[dict[str, Any]], reference_calls: list[dict[str, Any]],
+                             reference_answer: str, rules: RewardRules | None = None,
+                             termination: str | None = None) -> RewardResult:
+    """The verifiable outcome reward (see the module docstring): :func:`reference_match_reward`'s call F1,
+    averaged with the answer check when the reference answer holds a number."""
+    calls = reference_match_reward(messages, reference_calls, rules, termination)
+    expected = _NUMBER.findall(reference_answer or "")
+    if not expected or calls.detail.get("empty") or "unjudged_turn" in calls.detail:
+        return calls
+    given = _NUMBER.findall(_first_turn_answer(messages))
+    answer_ok = bool(given) and float(given[-1]) == float(expected[-1])
+    return RewardResult(0.5 * float(calls.reward or 0.0) + 0.5 * answer_ok,
+                        detail={**calls.detail, "answer_ok": answer_ok})
+
+
 _PROCESS_JUDGE: ChecklistJudge | None = None
 
 
@@ -819,9 +853,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     messages = _decoded(info.get("messages")) or []
     termination = info.get("termination")
     termination = None if termination is None or termination == "" else str(termination)
-    if os.environ.get("ENVACE_REWARD", "checklist") == "reference_match":
+    reward = os.environ.get("ENVACE_REWARD", "checklist")
+    if reward == "reference_match":
         result = reference_match_reward(messages, _decoded(info.get("reference_calls")) or [], rules,
                                         termination)
+    elif reward == "reference_outcome":
+        result = reference_outcome_reward(messages, _decoded(info.get("reference_calls")) or [],
+                                          str(info.get("reference_answer") or ""), rules, termination)
     else:
         checklists = _decoded(ground_truth) or _decoded(info.get("checklists")) or []
         result = checklist_reward(messages, checklists, _process_judge(), rules, termination)
@@ -841,7 +879,7 @@ def dialogue_continues(messages: list[dict[str, Any]], user_turn: int, ground_tr
     ``ENVACE_REWARD=reference_match`` or with the rule off; else :func:`turn_passes_required` with this
     process's judge (whose cache :func:`compute_score` then reuses). Checklists as in
     :func:`compute_score`."""
-    if os.environ.get("ENVACE_REWARD", "checklist") == "reference_match":
+    if os.environ.get("ENVACE_REWARD", "checklist") in ("reference_match", "reference_outcome"):
         return True
     rules = reward_rules_from_env()
     if not rules.stop_on_required_failed:

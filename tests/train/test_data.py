@@ -54,6 +54,7 @@ def test_prompt_is_initial_chat_and_references_are_privileged(converted):
     assert [m["role"] for m in ex.prompt] == ["system", "user"]
     assert "order 12345" in ex.prompt[-1]["content"]
     assert ex.reference_calls == [{"name": "order_status", "arguments": {"order_id": "12345"}}]
+    assert ex.reference_answer == "Order 12345 has shipped."  # the first turn's, not a later turn's
     assert ex.references[0]["response"]["status"] == "shipped"
     assert len(ex.checklists) == 2  # one per user turn
     for turn in ex.checklists:

@@ -16,6 +16,7 @@ from envace.reward import (
     checklist_reward,
     is_error_tool_call,
     reference_match_reward,
+    reference_outcome_reward,
     reward_rules_env,
     reward_rules_from_env,
     row_penalties,
@@ -115,6 +116,36 @@ def test_only_the_terminated_turn_is_unjudged():
     res = checklist_reward(chat, [ITEMS, ITEMS], judge, termination="max_turns")
     assert res.turn_scores == pytest.approx([1.0, 0.0]) and res.reward == pytest.approx(0.5)
     assert len(completions.asked) == 4  # turn 0 only: 2 steps x 2 items
+
+
+def test_reference_outcome_averages_the_call_f1_with_the_answer_check():
+    ref = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    wrong_call = {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", city="Rome")]}
+    done = "final_answer"
+    episode = [USER, STEP1, OBS_OK, FINAL]
+    assert reference_outcome_reward(episode, ref, "It is 20.", termination=done).reward == 1.0
+    assert reference_outcome_reward(episode, ref, "It is 21.", termination=done).reward == 0.5
+    # the right answer after a call with the right name only: (0.5 + 1) / 2
+    assert reference_outcome_reward([USER, wrong_call, OBS_OK, FINAL], ref, "20",
+                                    termination=done).reward == 0.75
+    # the answer's last number counts: "20 or 21" is not 20
+    guess = {"role": "assistant", "content": "20 or 21"}
+    assert reference_outcome_reward([USER, STEP1, OBS_OK, guess], ref, "20", termination=done).reward == 0.5
+    # a reference answer without a number leaves reference_match's F1; termination rules as reference_match
+    assert reference_outcome_reward([USER, wrong_call, OBS_OK, FINAL], ref, "Done.",
+                                    termination=done).reward == 0.5
+    assert reference_outcome_reward([USER, STEP1, OBS_OK], ref, "20", termination="max_turns").reward == 0.0
+
+
+def test_reference_outcome_through_verls_entry_point(monkeypatch):
+    monkeypatch.setenv("ENVACE_REWARD", "reference_outcome")
+    extra = {"messages": [USER, STEP1, OBS_OK, FINAL], "termination": "final_answer",
+             "reference_calls": json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]),
+             "reference_answer": "20 degrees"}
+    assert rw.compute_score("cm2", "", None, extra)["score"] == 1.0
+    extra["reference_answer"] = "19 degrees"
+    assert rw.compute_score("cm2", "", None, extra)["score"] == 0.5
+    assert rw.dialogue_continues([USER, STEP1, OBS_OK, FINAL], 0, None, extra) is True  # no judge
 
 
 def test_reference_match_terminated_first_turn_scores_zero():
