@@ -1,7 +1,7 @@
 """Benchmark of the reporting pipeline at paper scale (a script, not a test).
 
 Builds a synthetic result set — 11 models x 4 benchmarks (bfcl_v4, tau2, vitabench, finmcp) x 4 runs x
-1,000 tasks, one sample per task and run — with :func:`envace.results.write_results` in a temporary
+1,000 tasks, one sample per task and run — with :func:`envace.common.results.write_results` in a temporary
 directory, then times separately: reading and checking every file into task x run matrices
 (:func:`envace.report.evaluations.load_evaluation`), and the bootstrap of all 44 (model, benchmark) cells
 plus the 11 benchmark-stratified Table 1 Overall cells with 10,000 resamples each.
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from envace.config import eval_hash, load_config
+from envace.common.config import eval_hash, load_config
+from envace.common.results import eval_path, write_results
+from envace.common.stats import bootstrap_mean, bootstrap_stratified_mean
 from envace.report.evaluations import load_evaluation
-from envace.results import eval_path, write_results
-from envace.stats import bootstrap_mean, bootstrap_stratified_mean
 
 CONFIG = Path(__file__).resolve().parents[1] / "tests" / "data" / "example_config.yaml"
 N_MODELS = 11

@@ -46,13 +46,13 @@ def _selfchecks(results: dict) -> None:
 
 
 def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
-    from envace.backends import VLLMCompletionsBackend, load_hf_backend
-    from envace.bench.base import Services
     from envace.bench.finmcp import FinMcpAdapter
     from envace.bench.runner import run_samples
-    from envace.config import load_config
-    from envace.rollout import Mode, RolloutConfig
-    from envace.serving import Server, VLLMSettings
+    from envace.common.config import load_config
+    from envace.core.environment import Services
+    from envace.core.rollout import Mode, RolloutConfig
+    from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
+    from envace.serve.vllm_server import Server, VLLMSettings
 
     cfg = load_config(ROOT / "config/smoke.yaml")
     sampling = cfg["evaluation"]["sampling"]
@@ -100,7 +100,7 @@ def main() -> None:
     results: dict = {}
     if not args.skip_selfcheck:
         _selfchecks(results)
-    from envace.tiny_model import build_tiny_model
+    from envace.serve.tiny_model import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="envace-bench-") as tmp:
         model_dir = build_tiny_model(Path(tmp) / "tiny")

@@ -1,9 +1,9 @@
-"""Harness overhead of the ACT/REHEARSE rollout loop (``envace.rollout``) with a zero-cost backend.
+"""Harness overhead of the ACT/REHEARSE rollout loop (``envace.core.rollout``) with a zero-cost backend.
 
 A scripted backend returns pre-encoded token ids instantly (one tool call for ACT, one
 ``<execution_result>`` for REHEARSE), so the time measured is the harness alone: parsing, validation,
 chat-template deltas, token bookkeeping. Each trajectory runs ``--turns`` ACT turns (ending at
-max_turns) with the tiny Qwen3-style tokenizer of ``envace.tiny_model``.
+max_turns) with the tiny Qwen3-style tokenizer of ``envace.serve.tiny_model``.
 
 Reported per turn (one ACT generation + one REHEARSE reply): harness time (backend time excluded), and
 tokens encoded for each context, early turns vs late turns. Because contexts only grow and only new
@@ -27,9 +27,9 @@ import statistics
 import time
 from typing import Any
 
-from envace.rollout import Mode, RolloutConfig, Termination, run_rollout
-from envace.tiny_model import build_tiny_tokenizer
-from envace.tools import ToolCall, render_tool_call
+from envace.core.rollout import Mode, RolloutConfig, Termination, run_rollout
+from envace.core.tools import ToolCall, render_tool_call
+from envace.serve.tiny_model import build_tiny_tokenizer
 
 TOOLS = [{
     "type": "function",

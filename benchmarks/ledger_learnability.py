@@ -1,6 +1,6 @@
 """Can the tiny smoke model learn the ledger by SFT on CPU, and how fast? (issue 15, measurement).
 
-Warm-starts the tiny model (``envace.tiny_model``, in-process) with ``envace.warmstart.sft`` in
+Warm-starts the tiny model (``envace.serve.tiny_model``, in-process) with ``envace.train.warmstart.sft`` in
 mini-batches on the reference records of the ledger's train split, and at the given steps evaluates
 the held-out test split through the evaluation runner (``envace.bench.runner.run_samples``, the real
 ledger environment, ``HFGenerateBackend`` sampling) at two temperatures. Prints one Markdown row per
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from envace.bench.base import Services
 from envace.bench.ledger import LedgerAdapter, generate_tasks, reference_record
 from envace.bench.runner import run_samples
-from envace.data import normalize_record
-from envace.results import read_results
-from envace.rollout import Mode, RolloutConfig
-from envace.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
-from envace.warmstart import sft, sft_sequences
+from envace.common.results import read_results
+from envace.core.environment import Services
+from envace.core.rollout import Mode, RolloutConfig
+from envace.serve.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
+from envace.train.data import normalize_record
+from envace.train.warmstart import sft, sft_sequences
 
 
 def held_out(model: torch.nn.Module, tokenizer, adapter: LedgerAdapter, temperature: float,
@@ -65,7 +65,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-2, help="AdamW learning rate")
     ap.add_argument("--batch-rows", type=int, default=16, help="rows per SFT step")
     ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks")
-    ap.add_argument("--behaviours", default="act,answer", help="warm-start behaviours (envace.warmstart)")
+    ap.add_argument("--behaviours", default="act,answer",
+                    help="warm-start behaviours (envace.train.warmstart)")
     ap.add_argument("--template-variants", choices=["plain", "both"], default="both",
                     help="chat-template variants of each row: plain ({}), or both ({} and "
                          "enable_thinking=False, the warm start's default: evaluation renders the first, "

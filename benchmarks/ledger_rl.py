@@ -6,7 +6,7 @@ ledger-records`` -> ``envace data`` -> ``envace train``: verl 0.9.1 ``main_ppo``
 rollouts, our agent loop and role-wise estimator), then evaluate the base and the last checkpoint on the
 ledger's test split in the real environment (``envace.bench.runner.run_samples``, ``HFGenerateBackend``
 sampling; not ``vllm serve``) and print the paired bootstrap interval of the success difference (same
-tasks, ``envace.stats.bootstrap_paired_diff``).
+tasks, ``envace.common.stats.bootstrap_paired_diff``).
 
 Everything goes under ``--out``: the derived config (``config/smoke.yaml`` with the ledger as training data
 and the run's overrides), records, parquet, checkpoints, ``train.log``, per-task scores and
@@ -69,12 +69,12 @@ def per_task_success(model_dir: str, n_train: int, n_test: int, temperature: flo
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from envace.bench.base import Services
     from envace.bench.ledger import LedgerAdapter
     from envace.bench.runner import run_samples
-    from envace.results import read_results
-    from envace.rollout import Mode, RolloutConfig
-    from envace.tiny_model import HFGenerateBackend
+    from envace.common.results import read_results
+    from envace.core.environment import Services
+    from envace.core.rollout import Mode, RolloutConfig
+    from envace.serve.tiny_model import HFGenerateBackend
 
     torch.set_num_threads(2)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -128,7 +128,7 @@ def main() -> None:
     envace("train", "--config", str(config), "--run", RUN, "--checkpoint-dir", str(out / "ckpt"),
            "--done", str(out / "done.json"), "--data", str(parquet), log=out / "train.log")
     trained = str(out / f"ckpt/global_step_{args.steps}/actor/huggingface")
-    from envace.stats import TaskMatrix, bootstrap_paired_diff
+    from envace.common.stats import TaskMatrix, bootstrap_paired_diff
 
     scores = {}
     for name, path in (("base", str(args.base)), ("trained", trained)):

@@ -6,7 +6,7 @@
 # --num-cpus: logical CPUs each node offers Ray (default $SLURM_CPUS_ON_NODE); at CPU scale envace passes
 # more than the cores (verl's TaskRunner and TransferQueue actors each reserve one) and G fake GPUs.
 # The driver (CMD) joins this cluster through RAY_ADDRESS, so it must not pass num_cpus/num_gpus to
-# ray.init (envace.verl_ext.launch drops them). srun steps use --overlap: the Ray processes share the
+# ray.init (envace.train.verl_ext.launch drops them). srun steps use --overlap: the Ray processes share the
 # job's CPUs with the driver (batch step).
 # Jobs sharing a node (the smoke DAG's train jobs under a one-node Slurm; several small runs per node on a
 # cluster) each get their own Ray: ports from a per-job block (below), a per-job --temp-dir, and a

@@ -1,7 +1,7 @@
 """Test doubles shared by the test packages: the tiny tokenizer, a scripted backend, the weather tool.
 
 - ``tokenizer`` (pytest fixture, session scope): the tiny model's tokenizer
-  (:func:`envace.tiny_model.build_tiny_tokenizer`). ``tests/conftest.py`` registers this module as a
+  (:func:`envace.serve.tiny_model.build_tiny_tokenizer`). ``tests/conftest.py`` registers this module as a
   plugin, so every test can request it (and ``scripted``) by name.
 - :class:`ScriptedBackend`: a generate backend (``generate(prompt_ids, sampling_params)``) replying with
   scripted texts in call order and recording every prompt; :class:`ScriptedServerManager` is the same
@@ -118,7 +118,7 @@ class ScriptedServerManager(ScriptedBackend):
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
     """The tiny model's tokenizer (built once per session; nothing mutates it)."""
-    from envace.tiny_model import build_tiny_tokenizer  # torch and transformers: only when asked for
+    from envace.serve.tiny_model import build_tiny_tokenizer  # torch and transformers: only when asked for
 
     return build_tiny_tokenizer()
 

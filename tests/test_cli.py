@@ -5,7 +5,7 @@ import argparse
 import json
 import re
 
-from envace.cli import build_parser, main
+from envace.cli.main import build_parser, main
 
 
 def test_tiny_model_command_builds_a_loadable_model(tmp_path, capsys):

@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from envace.config import (
+from envace.common.config import (
     ConfigError,
     complete_config,
     config_hash,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envace.results import eval_path
+from envace.common.results import eval_path
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -59,7 +59,7 @@ def test_paper_dag_lists_every_job(repo_root):
         ("results/tables/table2.md",
          {"train": 1, "evaluate_table2": 3, "table": 1, "prepare_training_data": 1}),
         # a (model, benchmark) outside every block: one job for all its seeds (the path as the CLI's
-        # envace.results.eval_path builds it: the rules' output patterns follow that layout)
+        # envace.common.results.eval_path builds it: the rules' output patterns follow that layout)
         (str(eval_path("results", "qwen3_8b", "bfcl_multi_turn", 0)), {"evaluate": 1}),
     ],
 )

@@ -1,4 +1,4 @@
-"""Benchmark adapters, registered by import path and loaded lazily (see :mod:`envace.bench.base`).
+"""Benchmark adapters, registered by import path and loaded lazily (see :mod:`envace.core.environment`).
 
 ``get_adapter(name, **kwargs)`` imports ``module:Class`` from :data:`REGISTRY` only when asked, so a
 benchmark whose package is missing fails with a clear error only when it is used.
@@ -10,7 +10,7 @@ import importlib
 import inspect
 from typing import Any
 
-from envace.bench.base import BenchmarkAdapter
+from envace.core.environment import BenchmarkAdapter
 
 __all__ = ["REGISTRY", "get_adapter"]
 

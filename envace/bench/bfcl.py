@@ -62,8 +62,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from envace.bench.base import Score, Services, Task
-from envace.tools import ToolCall
+from envace.core.environment import Score, Services, Task
+from envace.core.tools import ToolCall
 
 __all__ = ["AST_SPLITS", "BfclMultiTurnAdapter", "BfclV4Adapter", "MULTI_TURN_SPLITS", "to_openai_tool",
            "parse_gold_call", "AggNode", "LEADERBOARD_GROUPS", "UNSCORED_SPLITS", "LeaderboardWeights",

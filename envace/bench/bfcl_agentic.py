@@ -37,7 +37,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envace.bench.base import Score, Task
 from envace.bench.bfcl_memory import (
     SnapshotStore,
     memory_backend_class,
@@ -45,7 +44,8 @@ from envace.bench.bfcl_memory import (
     snapshot_target,
 )
 from envace.bench.bfcl_web import WebBackend, web_search_api_class
-from envace.tools import ToolCall
+from envace.core.environment import Score, Task
+from envace.core.tools import ToolCall
 
 __all__ = ["MEMORY_SPLITS", "WEB_SEARCH_SPLITS", "load_agentic_tasks", "prerequisite_stages",
            "AgenticEpisode", "AgenticResources", "gold_turns", "gold_answer", "gold_cache_records"]

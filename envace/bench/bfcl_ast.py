@@ -63,9 +63,9 @@ import types
 from functools import cache
 from typing import Any
 
-from envace.bench.base import Score, Task
 from envace.bench.bfcl import _bfcl, to_openai_tool
-from envace.tools import ToolCall
+from envace.core.environment import Score, Task
+from envace.core.tools import ToolCall
 
 __all__ = [
     "BfclAstEpisode",
@@ -240,7 +240,7 @@ class BfclAstEpisode:
     """One single-turn episode: records the calls of the assistant's turn, scores them at the end;
     ``user_reply`` always ends the conversation.
 
-    Two declarations for the runner (:func:`envace.bench.runner.run_episode` does not read them yet):
+    Two declarations for the runner (:func:`envace.core.episode.run_episode` does not read them yet):
     ``max_act_turns = 1`` — one assistant turn, after which the conversation is over (bfcl-eval queries
     the model once); ``scores_parse_errors = True`` — an unparsable output is scored by :meth:`score`
     (bfcl-eval: no call; correct in the irrelevance categories) instead of failing the sample.

@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envace.bench.base import EpisodeError, Score, Services, Task
-from envace.tools import ToolCall
+from envace.core.environment import EpisodeError, Score, Services, Task
+from envace.core.tools import ToolCall
 
 __all__ = ["FinMcpAdapter", "FinMcpEpisode", "load_samples", "tool_counts", "sample_metrics",
            "aggregate_metrics", "gold_tool_names", "COUNT_KEYS", "MICRO_METRICS"]

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.bench.base import Score, Services, Task
-from envace.results import atomic_write_text
-from envace.tools import ToolCall
+from envace.common.results import atomic_write_text
+from envace.core.environment import Score, Services, Task
+from envace.core.tools import ToolCall
 
 __all__ = ["ACCOUNT_POOL", "TOOLS", "Ledger", "LedgerTask", "generate_tasks", "reference_record",
            "score_episode", "write_records", "LedgerEpisode", "LedgerAdapter"]
@@ -69,7 +69,7 @@ _ARGS = {t["function"]["name"]: {k: v["type"] for k, v in t["function"]["paramet
 
 def _obs(payload: dict[str, Any]) -> str:
     # json.dumps' default separators: the text a CM2 record's parsed response is dumped back to (the warm
-    # start's answer rows, envace.warmstart), so a model sees one spelling of an observation. With the
+    # start's answer rows, envace.train.warmstart), so a model sees one spelling of an observation. With the
     # compact spelling the warm-started model copied the numbers in training and never at evaluation.
     return json.dumps(payload, sort_keys=True)
 
@@ -213,7 +213,8 @@ def write_records(tasks: list[LedgerTask], path: str | Path) -> None:
 
 
 class LedgerEpisode:
-    """One isolated ledger per (task, sample, seed): the :class:`envace.bench.base.Episode` of a task."""
+    """One isolated ledger per (task, sample, seed): the :class:`envace.core.environment.Episode` of a
+    task."""
 
     def __init__(self, task: LedgerTask) -> None:
         self.task = task

@@ -2,7 +2,7 @@
 
 Implemented:
 - :func:`run_episode`: one ``(task, sample, seed)``. The agent chat starts with ``system`` + ``first_user``;
-  :func:`envace.rollout.run_rollout` runs in ``Mode.REAL`` with the episode as the environment until the
+  :func:`envace.core.rollout.run_rollout` runs in ``Mode.REAL`` with the episode as the environment until the
   agent answers in text; ``episode.user_reply`` gives the next user message (``None`` ends the
   conversation); then ``episode.score()``. An episode may expose ``current_tools()`` (e.g. BFCL's
   miss_func adds functions mid-conversation); the runner then re-reads the tool list every user turn.
@@ -20,9 +20,10 @@ Implemented:
 - Outcomes: an exception inside the episode (adapter, environment, scorer) -> ``status: failed`` with the
   exception as ``reason``, score 0. An episode the rollout ended abnormally (unparsable output, endless
   output hitting the token budget, too many turns) -> ``status: failed``, score 0, reason naming the
-  :class:`envace.rollout.Termination`. A backend failure (:class:`BackendError`: the model server died or
+  :class:`envace.core.rollout.Termination`. A backend failure (:class:`BackendError`: the model server died or
   is unreachable) is NOT a sample result: it aborts the run, so the sample is retried on resume.
-- A line is encoded with :func:`envace.results.encode_line`, so nothing a model wrote (a lone surrogate,
+- A line is encoded with :func:`envace.common.results.encode_line`, so nothing a model wrote (a lone
+surrogate,
   NaN, nesting of any depth) can stop the writer; what had to be replaced is counted in the line's
   ``json_repairs``. A line that still violates the result-line schema (e.g. a sub-score outside [0, 1]
   or NaN from a scorer) is recorded as a failed sample naming the problem.
@@ -32,7 +33,8 @@ Implemented:
   a crash, cut inside a UTF-8 sequence, not a result line) is dropped with everything after it, and the
   log (stderr) says which line and how many samples will run again.
   :func:`run_samples` runs the missing samples (``concurrency`` at a time), then writes the final
-  ``<out>`` + manifest atomically through :func:`envace.results.write_results`, in task order, and removes
+  ``<out>`` + manifest atomically through :func:`envace.common.results.write_results`, in task order, and
+  removes
   the partial files.
 
 Simplification (ours): each user turn starts a fresh :func:`run_rollout` over the whole chat so far, so
@@ -47,12 +49,11 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace.bench.base import BenchmarkAdapter, Episode, Services, Task
-from envace.results import (
+from envace.common.results import (
     ResultsError,
     _now,
     atomic_write_bytes,
@@ -61,21 +62,17 @@ from envace.results import (
     line_problem,
     write_results,
 )
-from envace.rollout import GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
-from envace.tools import ChatTemplateTokenizer
+from envace.core.environment import BenchmarkAdapter, Episode, Services, Task
+from envace.core.episode import run_episode
+from envace.core.rollout import GenerateBackend, RolloutConfig
+from envace.core.tools import ChatTemplateTokenizer
 
 __all__ = [
-    "BackendError",
     "PartialResults",
-    "run_episode",
     "run_samples",
     "RunStats",
     "prerequisite_path",
 ]
-
-
-class BackendError(RuntimeError):
-    """The model backend cannot generate (server died, unreachable, bad reply): the run must stop."""
 
 
 @dataclass
@@ -102,110 +99,6 @@ class _TimedBackend:
             return await self.inner.generate(prompt_ids, sampling_params)
         finally:
             self.stats.model_s += time.perf_counter() - t0
-
-
-def _trajectory_record(
-    messages: list[dict[str, Any]], terminations: list[str], turns: int, tools: list[dict[str, Any]]
-) -> dict[str, Any]:
-    return {"messages": messages, "terminations": terminations, "act_turns": turns, "tools": tools}
-
-
-def _unit_float(value: Any) -> float | None:
-    """``value`` as a float in [0, 1], or ``None`` (out of range, NaN, or not a number)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if 0.0 <= number <= 1.0 else None
-
-
-async def run_episode(
-    task: Task,
-    episode: Episode,
-    backend: GenerateBackend,
-    tokenizer: ChatTemplateTokenizer,
-    config: RolloutConfig,
-) -> dict[str, Any]:
-    """Run one episode; returns the result fields ``score, subscores, status, reason, trajectory, extra``.
-
-    Raises :class:`BackendError` (only) when the backend fails.
-    """
-    messages: list[dict[str, Any]] = []
-    system_fn = getattr(episode, "system_prompt", None)  # e.g. BFCL memory: the memory's current content
-    system = system_fn() if callable(system_fn) else task.system
-    if system:
-        messages.append({"role": "system", "content": system})
-    terminations: list[str] = []
-    turns_left = config.max_turns
-    used = 0
-    failed: str | None = None
-    tools = task.tools
-    cap = getattr(episode, "max_act_turns", None)  # e.g. BFCL single-turn: one assistant turn, then over
-    own_parse_errors = getattr(episode, "scores_parse_errors", False)
-    try:
-        # where a simulated user opens the conversation (tau2, VitaBench) the episode supplies it
-        opener = getattr(episode, "first_user_message", None)
-        messages.append({"role": "user", "content": opener() if callable(opener) else task.first_user})
-        while True:
-            tools_fn = getattr(episode, "current_tools", None)
-            tools = tools_fn() if callable(tools_fn) else task.tools
-            limit = turns_left if cap is None else min(turns_left, cap)
-            cfg = replace(config, mode=Mode.REAL, max_turns=limit)
-            try:
-                traj = await run_rollout(backend, tokenizer, messages, tools, cfg, environment=episode)
-            except BackendError:
-                raise
-            except (OSError, ConnectionError) as exc:
-                raise BackendError(f"model backend failed: {exc}") from exc
-            messages = traj.messages
-            terminations.append(str(traj.termination))
-            used += traj.num_turns
-            turns_left = config.max_turns - used
-            if traj.termination == Termination.ACT_PARSE_ERROR and own_parse_errors:
-                break  # the episode scores an unparsable output itself (BFCL single-turn)
-            capped = cap is not None and limit == cap and traj.termination == Termination.MAX_TURNS
-            if traj.termination != Termination.FINAL_ANSWER and not capped:
-                failed = f"episode ended by {traj.termination}"
-                break
-            reply = episode.user_reply(traj.final_answer or "")
-            if reply is None:
-                break
-            if turns_left <= 0:
-                failed = f"episode ended by {Termination.MAX_TURNS}"
-                break
-            messages.append({"role": "user", "content": reply})
-        score = episode.score()
-    except BackendError:
-        raise
-    except Exception as exc:  # an adapter/environment bug or bad data: a failed sample, never a crash
-        return {
-            "score": 0.0,
-            "subscores": {},
-            "status": "failed",
-            "reason": f"{type(exc).__name__}: {exc}",
-            "trajectory": _trajectory_record(messages, terminations, used, tools),
-            "extra": {},
-        }
-    value = _unit_float(score.score)
-    bad_sub = {k: v for k, v in score.subscores.items() if _unit_float(v) is None}
-    if value is None or bad_sub:
-        return {
-            "score": 0.0,
-            "subscores": {},
-            "status": "failed",
-            "reason": (f"sub-scores out of range: {bad_sub}" if bad_sub
-                       else f"score out of range: {score.score!r}"),
-            "trajectory": _trajectory_record(messages, terminations, used, tools),
-            "extra": {},
-        }
-    return {
-        "score": 0.0 if failed else value,
-        "subscores": {k: float(v) for k, v in score.subscores.items()},
-        "status": "failed" if failed else "ok",
-        "reason": failed,
-        "trajectory": _trajectory_record(messages, terminations, used, tools),
-        "extra": {**score.extra, **({"score_if_not_failed": value} if failed else {})},
-    }
 
 
 def _reject_constant(name: str) -> Any:
@@ -295,7 +188,8 @@ class PartialResults:
     def append(self, line: dict[str, Any]) -> dict[str, Any]:
         """Record one finished sample durably; returns the line as stored (and as a resume reads it).
 
-        The line is encoded with :func:`envace.results.encode_line`: whatever its free-form fields hold,
+        The line is encoded with :func:`envace.common.results.encode_line`: whatever its free-form fields
+        hold,
         this writes valid UTF-8 JSON (replacements counted in ``json_repairs``).
         """
         key = (line["task_id"], line["sample"])
@@ -352,7 +246,8 @@ async def run_samples(
     a scripted one per task in self-checks). ``episode_fn`` runs one episode (default
     :func:`run_episode`; test-time scaling passes its own, with the same signature).
     ``manifest``: keyword arguments of
-    :func:`envace.results.write_results` other than ``path``/``lines``/``started``/``benchmark``/``seed``
+    :func:`envace.common.results.write_results` other than
+    ``path``/``lines``/``started``/``benchmark``/``seed``
     (``model``, ``scale``, ``config_hash``, optionally ``package_versions``). The manifest's ``timing``
     holds ``wall_s``, ``model_s`` and ``samples`` of this call, plus whatever ``extra_timing()`` returns
     (``envace eval``: the CPU seconds of its model servers and of its own process).

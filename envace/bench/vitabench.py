@@ -81,10 +81,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from envace.bench.base import Endpoint, EpisodeError, Score, Services, Task
 from envace.bench.tau2 import OpenAIUserModel, UserModel
-from envace.openai_client import openai_client
-from envace.tools import ToolCall
+from envace.common.openai_client import openai_client
+from envace.core.environment import Endpoint, EpisodeError, Score, Services, Task
+from envace.core.tools import ToolCall
 
 __all__ = [
     "SPLITS",

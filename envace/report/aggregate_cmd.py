@@ -24,9 +24,9 @@ import sys
 from typing import Any
 
 from envace.bench import bfcl
+from envace.common.results import IncompleteResultsError, ResultsError
 from envace.report.context import PERCENT, add_common_args, context_from_args, write_output
 from envace.report.evaluations import describe_overall
-from envace.results import IncompleteResultsError, ResultsError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

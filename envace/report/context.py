@@ -2,7 +2,7 @@
 
 :class:`ReportContext` loads each evaluation once (:func:`envace.report.evaluations.load_evaluation`),
 turns a request "this linear combination of methods over these benchmarks" into a :class:`Cell` (an
-:class:`~envace.stats.Interval` in percent, or the reasons it is MISSING) and collects the provenance
+:class:`~envace.common.stats.Interval` in percent, or the reasons it is MISSING) and collects the provenance
 written in every output header: scale, config hash, report commit, the commits and package versions
 recorded in the manifests actually used, seeds, and the bootstrap settings.
 
@@ -10,7 +10,8 @@ It also caches the context-length summaries of TTS runs (:meth:`ReportContext.tt
 and writes outputs atomically (:func:`write_output`).
 
 A missing or partial evaluation makes the cell MISSING; corrupt or stale results, and a results
-directory that does not exist, raise :class:`~envace.results.ResultsError`, which the subcommands report
+directory that does not exist, raise :class:`~envace.common.results.ResultsError`, which the subcommands
+report
 as an error (exit status 2).
 """
 
@@ -22,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace.config import config_hash, figure5_models, load_config
+from envace.common.config import config_hash, figure5_models, load_config
+from envace.common.results import IncompleteResultsError, ResultsError, atomic_write_text, current_git_commit
+from envace.common.stats import Interval, bootstrap_linear
 from envace.report.evaluations import Evaluation, load_evaluation
 from envace.report.paper import load_paper
 from envace.report.tts_context import ContextStats
 from envace.report.tts_context import load as load_tts_context
-from envace.results import IncompleteResultsError, ResultsError, atomic_write_text, current_git_commit
-from envace.stats import Interval, bootstrap_linear
 
 PERCENT = 100.0
 
@@ -148,7 +149,8 @@ class ReportContext:
 
     def checkpoint_model(self, step: int) -> str:
         """Model id evaluated for training step ``step`` of the checkpoint run:
-        :func:`envace.config.figure5_models` (``{run}-stepNNNN``; the run's last step is its final model)."""
+        :func:`envace.common.config.figure5_models` (``{run}-stepNNNN``; the run's last step is its final
+        model)."""
         return figure5_models(self.cfg)[step]
 
     def used_evaluations(self) -> list[Evaluation]:
@@ -176,7 +178,7 @@ class ReportContext:
                 "resamples": self.resamples,
                 "seed": self.seed,
                 "confidence": self.confidence,
-                "method": "two-level percentile bootstrap (envace.stats)",
+                "method": "two-level percentile bootstrap (envace.common.stats)",
             },
             "results_dir": str(self.results_dir),
             "paper": self.paper["_path"],
@@ -215,7 +217,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 
 def context_from_args(args: argparse.Namespace) -> ReportContext:
-    """The context of a report subcommand. Raises :class:`~envace.results.ResultsError` when the results
+    """The context of a report subcommand. Raises :class:`~envace.common.results.ResultsError` when the
+    results
     directory does not exist: a mistyped folder must not turn into a table of MISSING cells."""
     cfg = load_config(args.config)
     if args.results_dir:
@@ -232,6 +235,6 @@ def context_from_args(args: argparse.Namespace) -> ReportContext:
 
 def write_output(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically, creating parent directories: a crash leaves the old file or
-    none, never a partial one (:func:`envace.results.atomic_write_text`; the file gets the umask's
+    none, never a partial one (:func:`envace.common.results.atomic_write_text`; the file gets the umask's
     permissions)."""
     return atomic_write_text(path, text, parents=True)

@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envace.common.results import ResultsError
 from envace.report import points
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
 from envace.report.paper import decimals, load_claims
 from envace.report.tables import BUILDERS
-from envace.results import ResultsError
 
 Comparison = tuple[str, Cell]
 

@@ -1,10 +1,11 @@
 """Turn the result files of one (model or TTS setting, benchmark) into a bootstrap statistic of
-:mod:`envace.stats` (a :class:`~envace.stats.TaskMatrix`, or a :class:`~envace.stats.RatioMatrix` for
+:mod:`envace.common.stats` (a :class:`~envace.common.stats.TaskMatrix`, or a
+:class:`~envace.common.stats.RatioMatrix` for
 micro-averaged count metrics).
 
 For every configured seed (``cfg["seeds"]`` for evaluations, ``cfg["tts"]["seeds"]`` for test-time
 scaling) the complete result file is read with the expected config hash
-(:func:`envace.config.eval_hash` / :func:`envace.config.tts_hash`).
+(:func:`envace.common.config.eval_hash` / :func:`envace.common.config.tts_hash`).
 
 Per-task values. A task's value in a run is the mean over its samples of the chosen metric (``score`` or
 a sub-score such as FinMCP's ``tp``); a failed sample counts as 0 and is counted in ``n_failed``.
@@ -27,9 +28,9 @@ group value in ``excluded_groups``) but weighs them into nothing. In both method
 ``bfcl_eval``, categories) without any task are dropped, the remaining weights renormalised, and the
 dropped ones recorded. :attr:`Evaluation.overall_label` says which Overall a ``bfcl_eval`` value is.
 
-Errors: a missing or partial run raises :class:`~envace.results.IncompleteResultsError` (a MISSING cell
+Errors: a missing or partial run raises :class:`~envace.common.results.IncompleteResultsError` (a MISSING cell
 in reports); corrupt files, a split outside every group, a missing sub-score or count, or runs that
-cover different tasks raise :class:`~envace.results.ResultsError`.
+cover different tasks raise :class:`~envace.common.results.ResultsError`.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ from typing import Any
 import numpy as np
 
 from envace.bench import bfcl, finmcp
-from envace.config import eval_hash, tts_hash
-from envace.results import ResultsError, eval_path, read_results, tts_path
-from envace.stats import RatioMatrix, Statistic, TaskMatrix
+from envace.common.config import eval_hash, tts_hash
+from envace.common.results import ResultsError, eval_path, read_results, tts_path
+from envace.common.stats import RatioMatrix, Statistic, TaskMatrix
 
 KINDS = ("eval", "tts")
 METHODS = ("pooled", "bfcl_eval")

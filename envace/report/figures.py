@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from envace.common.results import ResultsError  # noqa: E402
 from envace.report import points, tts_context  # noqa: E402
 from envace.report.context import (  # noqa: E402
     Cell,
@@ -41,7 +42,6 @@ from envace.report.context import (  # noqa: E402
     write_output,
 )
 from envace.report.tts_context import OVERALL  # noqa: E402
-from envace.results import ResultsError  # noqa: E402
 
 PAPER_STYLE = {"marker": "X", "color": "crimson", "s": 70, "zorder": 5, "label": "paper"}
 CONTEXT_STYLE = {"linestyle": "--", "marker": "s", "markersize": 4, "linewidth": 1.2, "alpha": 0.8}

@@ -31,10 +31,10 @@ from typing import Any
 
 import pandas as pd
 
+from envace.common.results import ResultsError
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
 from envace.report.evaluations import COUNT_METRICS, describe_overall
 from envace.report.paper import decimals
-from envace.results import ResultsError
 
 TITLES = {
     "bfcl_v4": ("BFCL-v4", "BFCL-v4"),

@@ -1,7 +1,7 @@
 """Context length of test-time scaling runs (what the paper blames for Figure 6's drop at N = 3).
 
 From the per-sample TTS result lines (``{results}/tts/{setting}/{benchmark}/seed{S}.jsonl``), each of
-which carries the episode's :class:`envace.tts.TTSRecord` as ``extra["tts"]``, this module computes per
+which carries the episode's :class:`envace.core.tts.TTSRecord` as ``extra["tts"]``, this module computes per
 (TTS setting, benchmark), pooled over the configured ``tts.seeds``:
 
 * **final-execution context**: ``commit_final_context_tokens`` (prompt + reply of the commit's last ACT
@@ -17,7 +17,7 @@ Missing data (documented choice: skip and count, never guess):
   before TTS recorded context) or whose record lacks one of the two fields is **skipped** and counted
   (``lines - records``); when no line of a (setting, benchmark) has them, the row is MISSING with a
   reason and the figure draws no context point;
-* a field that is present but not a non-negative integer raises :class:`~envace.results.ResultsError`
+* a field that is present but not a non-negative integer raises :class:`~envace.common.results.ResultsError`
   naming the file and line (corrupt results);
 * an absent or partial result file makes the row MISSING (as a MISSING cell elsewhere); a corrupt one or
   one with a stale config hash raises, as every report does.
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace.config import tts_hash
-from envace.results import IncompleteResultsError, ResultsError, read_results, tts_path
+from envace.common.config import tts_hash
+from envace.common.results import IncompleteResultsError, ResultsError, read_results, tts_path
 
 FINAL_FIELD = "commit_final_context_tokens"
 MEMORY_FIELD = "memory_tokens"

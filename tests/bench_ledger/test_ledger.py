@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from envace.bench.base import Services
 from envace.bench.ledger import (
     TOOLS,
     Ledger,
@@ -16,8 +15,9 @@ from envace.bench.ledger import (
     score_episode,
     write_records,
 )
-from envace.data import normalize_record, record_layout
-from envace.tools import ToolCall, parse_tool_calls
+from envace.core.environment import Services
+from envace.core.tools import ToolCall, parse_tool_calls
+from envace.train.data import normalize_record, record_layout
 
 
 def test_tools_change_state_only_through_valid_calls():
@@ -116,7 +116,7 @@ def test_gold_replays_through_the_evaluation_runner(tmp_path):
 
 def test_selfcheck_command_replays_every_task(capsys):
     """``envace selfcheck ledger``: every task of both splits (default generator) passes its gold replay."""
-    from envace.cli import main
+    from envace.cli.main import main
 
     assert main(["selfcheck", "ledger"]) == 0
     out = capsys.readouterr().out
@@ -135,7 +135,7 @@ def test_ledger_records_command_reads_the_configs_generator(tmp_path, repo_root,
     atomically; an unknown key in that entry is a config error naming it."""
     import yaml
 
-    from envace.cli import main
+    from envace.cli.main import main
 
     cfg = yaml.safe_load((repo_root / "config/smoke.yaml").read_text())
     cfg["benchmarks"]["ledger"] = {"package": "envace", "splits": ["test"],

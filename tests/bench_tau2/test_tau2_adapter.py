@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from envace.bench import tau2 as T
-from envace.bench.base import Endpoint, EpisodeError, Services
-from envace.tools import ToolCall
+from envace.core.environment import Endpoint, EpisodeError, Services
+from envace.core.tools import ToolCall
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ import pytest
 pytest.importorskip("vita.registry")  # the PyPI "vita" is another package: it has no vita.registry
 
 from envace.bench import vitabench as V  # noqa: E402
-from envace.bench.base import Services  # noqa: E402
 from envace.bench.tau2 import ScriptedUserModel, UserTurn  # noqa: E402
-from envace.tools import ToolCall  # noqa: E402
+from envace.core.environment import Services  # noqa: E402
+from envace.core.tools import ToolCall  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vitabench"
 REAL = DATA / "real"

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from envace.bench import vitabench as V
-from envace.bench.base import Endpoint, EpisodeError, Services
 from envace.bench.tau2 import ScriptedUserModel, UserTurn
-from envace.tools import ToolCall
+from envace.core.environment import Endpoint, EpisodeError, Services
+from envace.core.tools import ToolCall
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vitabench"
 

@@ -1,4 +1,4 @@
-"""Tests for envace.advantage.role_wise_grpo."""
+"""Tests for envace.core.advantage.role_wise_grpo."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace.advantage import role_wise_grpo
+from envace.core.advantage import role_wise_grpo
 
 
 def test_hand_computed_weighted_by_row_count() -> None:

@@ -1,4 +1,4 @@
-"""Tests for envace.rehearsal: validation order, prechecks, output parsing, prompt, prefix stability."""
+"""Tests for envace.core.rehearsal: validation order, prechecks, output parsing, prompt, prefix stability."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from envace.prompts import load_prompt
-from envace.rehearsal import (
+from envace.core.prompts import load_prompt
+from envace.core.rehearsal import (
     MALFORMED_CODE,
     CallCandidate,
     OutcomeKind,
@@ -18,7 +18,7 @@ from envace.rehearsal import (
     parse_rehearsal_output,
     precheck_call,
 )
-from envace.tools import ParseError, ToolCall
+from envace.core.tools import ParseError, ToolCall
 from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # the validation tests use its unit enum
 
 

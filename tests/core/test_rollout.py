@@ -1,4 +1,4 @@
-"""Tests for envace.rollout with a scripted backend: every termination reason, every error code, and the
+"""Tests for envace.core.rollout with a scripted backend: every termination reason, every error code, and the
 token bookkeeping of the ACT and REHEARSE contexts."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace.rollout import (
+from envace.core.rollout import (
     Mode,
     RolloutConfig,
     Termination,
@@ -21,7 +21,14 @@ from envace.rollout import (
     generation_roles,
     run_rollout,
 )
-from envace.tools import ChatTokens, ToolCall, assistant_message, render_chat, render_tool_call, tool_message
+from envace.core.tools import (
+    ChatTokens,
+    ToolCall,
+    assistant_message,
+    render_chat,
+    render_tool_call,
+    tool_message,
+)
 from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # as before: with the unit enum
 
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]

@@ -1,4 +1,4 @@
-"""Tests for envace.tiny_model and a full rehearsal rollout driven by the tiny model."""
+"""Tests for envace.serve.tiny_model and a full rehearsal rollout driven by the tiny model."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from envace.rollout import RolloutConfig, Termination, run_rollout
-from envace.tiny_model import SPECIAL_TOKENS, HFGenerateBackend, build_tiny_model, tiny_model_and_tokenizer
-from envace.tools import ToolCall, assistant_message, render_chat, render_tool_call, tool_message
+from envace.core.rollout import RolloutConfig, Termination, run_rollout
+from envace.core.tools import ToolCall, assistant_message, render_chat, render_tool_call, tool_message
+from envace.serve.tiny_model import (
+    SPECIAL_TOKENS,
+    HFGenerateBackend,
+    build_tiny_model,
+    tiny_model_and_tokenizer,
+)
 from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # as before: with the unit enum
 
 
@@ -161,7 +166,7 @@ def test_tiny_model_full_multi_turn_rehearsal_rollout() -> None:
 def test_build_cache_hits_on_the_same_key_and_misses_on_another(tmp_path) -> None:
     """``envace tiny-model --cache``: the second build with the same inputs copies the first (same weight
     bytes, ``cache.hit``); a different warm-start setting is another key and trains again."""
-    from envace.cli import main
+    from envace.cli.main import main
 
     data = str(Path(__file__).resolve().parents[1] / "data" / "cm2_fixture.jsonl")
     cache = tmp_path / "cache"

@@ -1,4 +1,4 @@
-"""Tests for envace.tools: the hermes tool-call parser and renderer."""
+"""Tests for envace.core.tools: the hermes tool-call parser and renderer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envace.tools import ParsedOutput, ParseError, ToolCall, parse_tool_calls, render_tool_call
+from envace.core.tools import ParsedOutput, ParseError, ToolCall, parse_tool_calls, render_tool_call
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
 json_values = st.recursive(

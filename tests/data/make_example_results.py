@@ -12,7 +12,7 @@ split. (Figure 5's last step, 4, is the final model ``envace_8b``: no checkpoint
 Models without a listed skill get one derived from their name.
 
 Every line of a TTS setting other than ``no_tts`` carries ``extra["tts"]``: a record shaped like
-``envace.tts.TTSRecord.as_dict()`` whose token counts are **synthetic** (``"synthetic": true``, prompt
+``envace.core.tts.TTSRecord.as_dict()`` whose token counts are **synthetic** (``"synthetic": true``, prompt
 version ``synthetic-example``; no model ran): attempts and memory grow with N, sequential attempts see
 the earlier ones, and the commit's context is its prompt (task + memory) plus 2-4 turns. They come from
 a second generator seeded from the path, so the scores are the same draws as without them.
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from envace.bench.finmcp import sample_metrics
-from envace.config import eval_hash, evaluation_pairs, load_config, tts_hash
-from envace.results import eval_path, tts_path, write_results
+from envace.common.config import eval_hash, evaluation_pairs, load_config, tts_hash
+from envace.common.results import eval_path, tts_path, write_results
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "example_config.yaml"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from envace.bench.base import Score, Services, Task
-from envace.tools import ToolCall
+from envace.core.environment import Score, Services, Task
+from envace.core.tools import ToolCall
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 
 from envace.bench import get_adapter
-from envace.bench.base import Services
 from envace.bench.bfcl import BfclMultiTurnAdapter, parse_gold_call, to_openai_tool
-from envace.bench.runner import run_episode
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.bench.selfcheck import REPLAY_CONFIG, selfcheck_bfcl_multi_turn
-from envace.tools import ToolCall
+from envace.core.environment import Services
+from envace.core.episode import run_episode
+from envace.core.tools import ToolCall
 
 
 @pytest.fixture(scope="module")

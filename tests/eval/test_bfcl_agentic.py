@@ -13,16 +13,17 @@ from unittest import mock
 
 import pytest
 
-from envace.bench.base import Services
 from envace.bench.bfcl import AGENTIC_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter
 from envace.bench.bfcl_agentic import gold_answer, load_agentic_tasks, prerequisite_stages
 from envace.bench.bfcl_memory import HashingEncoder, load_encoder, memory_backend_class, memory_system_prompt
 from envace.bench.bfcl_web import ResponseCache, UnsafeURLError, WebBackend, guarded_get, web_search_api_class
-from envace.bench.runner import prerequisite_path, run_episode, run_samples
+from envace.bench.runner import prerequisite_path, run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.bench.selfcheck import REPLAY_CONFIG, selfcheck_bfcl_agentic
-from envace.results import read_results
-from envace.tools import ToolCall
+from envace.common.results import read_results
+from envace.core.environment import Services
+from envace.core.episode import run_episode
+from envace.core.tools import ToolCall
 
 CACHE = Path(__file__).resolve().parents[1] / "data" / "bfcl_web_search" / "cache.jsonl"
 
@@ -283,7 +284,7 @@ def test_memory_vector_loads_a_sentence_transformers_folder_in_its_own_process(t
     import subprocess
     import textwrap
 
-    from envace.tiny_model import build_tiny_model
+    from envace.serve.tiny_model import build_tiny_model
 
     lm = build_tiny_model(tmp_path / "lm", seed=0)
     st = tmp_path / "st"

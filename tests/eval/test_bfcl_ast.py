@@ -8,7 +8,6 @@ import sys
 import pytest
 
 from envace.bench import get_adapter
-from envace.bench.base import Services
 from envace.bench.bfcl import AST_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter, _bfcl
 from envace.bench.bfcl_ast import (
     OBSERVATION,
@@ -19,10 +18,11 @@ from envace.bench.bfcl_ast import (
     gold_calls,
     score_calls,
 )
-from envace.bench.runner import run_episode
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.bench.selfcheck import REPLAY_CONFIG, selfcheck_bfcl_ast
-from envace.tools import ToolCall
+from envace.core.environment import Services
+from envace.core.episode import run_episode
+from envace.core.tools import ToolCall
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -193,7 +193,7 @@ def test_unsupported_categories_are_named():
 
 
 def test_selfcheck_command_prints_every_category(capsys):
-    from envace.cli import main
+    from envace.cli.main import main
 
     assert main(["selfcheck", "bfcl_ast", "--limit", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

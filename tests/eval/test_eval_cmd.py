@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envace.cli import main
-from envace.commands.eval import resolve_checkpoint
-from envace.config import eval_hash, load_config
-from envace.results import read_results
+from envace.cli.eval import resolve_checkpoint
+from envace.cli.main import main
+from envace.common.config import eval_hash, load_config
+from envace.common.results import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from envace.tiny_model import build_tiny_model
+    from envace.serve.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
@@ -96,7 +96,7 @@ def test_eval_rejects_unknown_tts_setting_and_benchmark(fast_config, tmp_path, c
 )
 def test_eval_with_test_time_scaling(tiny_dir, fast_config, tmp_path, flags, setting):
     """TTS through the real eval path: rehearsals by the rehearser, one commit, stored as a TTS result."""
-    from envace.config import tts_hash
+    from envace.common.config import tts_hash
 
     cfg = yaml.safe_load(fast_config.read_text())
     cfg["benchmarks"]["finmcp"]["limit"] = 1
@@ -180,7 +180,7 @@ def test_eval_job_runs_every_benchmark_and_seed_and_restores_finished_runs(tiny_
                                                                            capsys):
     """One job, several runs (--out template); a run finished by a job that failed later is restored from
     its kept link (Snakemake deletes a failed job's outputs), not run again."""
-    from envace.results import manifest_path
+    from envace.common.results import manifest_path
 
     cfg = yaml.safe_load(fast_config.read_text())
     cfg["benchmarks"]["finmcp"]["limit"] = 1
@@ -221,7 +221,7 @@ def test_eval_job_runs_every_benchmark_and_seed_and_restores_finished_runs(tiny_
 
 
 def test_gpu_split_helpers(monkeypatch):
-    from envace.commands.eval import _model_size, _visible_gpus
+    from envace.cli.eval import _model_size, _visible_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5")
     assert _visible_gpus() == ["2", "3", "5"]
@@ -235,8 +235,8 @@ def test_tts_episode_turns_episode_errors_into_failed_samples():
     import asyncio
     from types import SimpleNamespace
 
-    from envace.commands.eval import _tts_episode_fn
-    from envace.rollout import RolloutConfig
+    from envace.cli.eval import _tts_episode_fn
+    from envace.core.rollout import RolloutConfig
 
     class BrokenOpening:
         def first_user_message(self) -> str:

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from envace.bench.base import Services
 from envace.bench.finmcp import FinMcpAdapter, aggregate_metrics, load_samples, sample_metrics, tool_counts
-from envace.bench.runner import run_episode
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.bench.selfcheck import REPLAY_CONFIG
-from envace.tools import ToolCall
+from envace.core.environment import Services
+from envace.core.episode import run_episode
+from envace.core.tools import ToolCall
 
 
 def test_metrics_by_hand():

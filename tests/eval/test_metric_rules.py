@@ -20,12 +20,12 @@ import pytest
 
 from envace.bench import bfcl
 from envace.bench.finmcp import MICRO_METRICS, aggregate_metrics
-from envace.config import eval_hash, load_config
+from envace.common.config import eval_hash, load_config
+from envace.common.results import IncompleteResultsError, eval_path, write_results
+from envace.common.stats import RatioMatrix, TaskMatrix, bootstrap_mean
 from envace.report.aggregate_cmd import summarize
 from envace.report.context import ReportContext
 from envace.report.evaluations import describe_overall, load_evaluation
-from envace.results import IncompleteResultsError, eval_path, write_results
-from envace.stats import RatioMatrix, TaskMatrix, bootstrap_mean
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = ROOT / "tests" / "data" / "example_config.yaml"

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from envace.bench.base import Services
-from envace.bench.runner import BackendError, PartialResults, run_samples
+from envace.bench.runner import PartialResults, run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend
-from envace.results import read_results
-from envace.rollout import Mode, RolloutConfig
-from envace.tools import ToolCall, render_tool_call
+from envace.common.results import read_results
+from envace.core.environment import Services
+from envace.core.rollout import BackendError, Mode, RolloutConfig
+from envace.core.tools import ToolCall, render_tool_call
 
 HASH = "0123456789abcdef"
 CFG = RolloutConfig(mode=Mode.REAL, max_turns=10, max_prompt_tokens=10**6, max_response_tokens=10**6,

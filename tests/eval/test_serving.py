@@ -1,4 +1,5 @@
-"""Serving (envace.serving) and the HTTP model backend (envace.backends) against a stand-in server: the
+"""Serving (envace.serve.vllm_server) and the HTTP model backend (envace.serve.backends) against a stand-in
+server: the
 ``vllm serve`` command line from the config, health, restart, group shutdown, servers dying with a
 kill -9'd parent, the model-path checks. The real ``vllm serve`` tests are in test_vllm.py."""
 
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from envace.backends import VLLMCompletionsBackend, sample_seed
-from envace.bench.runner import BackendError
-from envace.config import ConfigError, load_config
-from envace.serving import (
+from envace.common.config import ConfigError, load_config
+from envace.core.rollout import BackendError
+from envace.serve.backends import VLLMCompletionsBackend, sample_seed
+from envace.serve.vllm_server import (
     ModelPathError,
     Server,
     ServerError,
@@ -171,7 +172,7 @@ def test_server_never_healthy_times_out(tmp_path):
 PARENT = textwrap.dedent(
     """
     import json, sys, time
-    from envace.serving import Server
+    from envace.serve.vllm_server import Server
     fake, pidfile, ignore_term = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     cmd = [sys.executable, fake, "{port}", pidfile]
     if ignore_term:  # a server that ignores SIGTERM: the watchdog must escalate to SIGKILL

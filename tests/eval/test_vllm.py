@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envace.serving import Server, VLLMSettings, _executable
+from envace.serve.vllm_server import Server, VLLMSettings, _executable
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "config" / "smoke.yaml"
@@ -93,7 +93,7 @@ def test_chat_completion_with_a_parsed_tool_call(vllm_server):
 def test_token_id_completions_backend(vllm_server, tiny):
     from transformers import AutoTokenizer
 
-    from envace.backends import VLLMCompletionsBackend
+    from envace.serve.backends import VLLMCompletionsBackend
 
     tok = AutoTokenizer.from_pretrained(tiny)
     record = _fixture_record("fx-add-0")
@@ -216,9 +216,9 @@ def test_checklist_judge_served_with_the_clusters_client_and_settings(vllm_serve
     server's ``disable_any_whitespace`` (without it this model filled the JSON object with newlines up to
     the token cap: 0 of 16 verdicts parsed, measured 2026-12-01; with it 16 of 16) and the smoke judge's
     ``reason_max_chars`` (uncapped, its reason string ran to the token cap)."""
-    from envace import reward as rw
-    from envace.config import load_config
-    from envace.verl_ext.launch import judge_env
+    from envace.common.config import load_config
+    from envace.core import reward as rw
+    from envace.train.verl_ext.launch import judge_env
 
     cfg = load_config(SMOKE)
     env = judge_env(cfg, vllm_server.base_url, vllm_server.served_name)

@@ -125,7 +125,7 @@ def tool_call_text(draw: st.DrawFn, arguments: st.SearchStrategy[Any] = json_val
     """``(text, name, arguments)``: a block as a model might write it, escapes and all, and the arguments
     that its JSON text decodes to.
 
-    ``<`` is written as ``\\u003c`` inside the JSON (as :func:`envace.tools.render_tool_call` does) so
+    ``<`` is written as ``\\u003c`` inside the JSON (as :func:`envace.core.tools.render_tool_call` does) so
     that strings holding a tag do not end the block; ``ensure_ascii`` is drawn, so a lone surrogate
     appears either raw or as a ``\\udXXX`` escape.
     """

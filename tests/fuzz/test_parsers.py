@@ -9,8 +9,8 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envace import tools
-from envace.rehearsal import (
+from envace.core import tools
+from envace.core.rehearsal import (
     MALFORMED_CODE,
     CallCandidate,
     OutcomeKind,
@@ -19,8 +19,15 @@ from envace.rehearsal import (
     parse_rehearsal_output,
     precheck_call,
 )
-from envace.tools import MAX_JSON_DEPTH, JSONProblem, ParseError, ToolCall, load_model_json, parse_tool_calls
-from envace.tts import parse_evaluation, parse_memory
+from envace.core.tools import (
+    MAX_JSON_DEPTH,
+    JSONProblem,
+    ParseError,
+    ToolCall,
+    load_model_json,
+    parse_tool_calls,
+)
+from envace.core.tts import parse_evaluation, parse_memory
 
 from .strategies import (
     TAGS,
@@ -232,7 +239,7 @@ verdict_text = st.one_of(
 def test_parse_verdict_is_total_and_strict(text: str) -> None:
     """The checklist judge's verdict parser: True/False only for a JSON object whose "passed" is a bool
     (after one leading think block), None for anything else; never raises."""
-    from envace.reward import parse_verdict
+    from envace.train.judge import parse_verdict
 
     out = parse_verdict(text)
     assert out in (True, False, None)
@@ -244,7 +251,7 @@ def test_parse_verdict_is_total_and_strict(text: str) -> None:
 def test_parse_verdict_time_is_bounded() -> None:
     import time
 
-    from envace.reward import parse_verdict
+    from envace.train.judge import parse_verdict
 
     for text in ("<think>" * 100_000, "{" * 100_000, "<think>" + "x" * 100_000, '{"passed": ' * 20_000):
         t0 = time.perf_counter()

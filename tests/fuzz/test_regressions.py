@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from envace.bench.base import Score, Services, Task
 from envace.bench.runner import PartialResults, run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend
-from envace.cli import run
-from envace.rehearsal import (
+from envace.cli.main import run
+from envace.common.results import ResultsError, eval_path, read_results
+from envace.core.environment import Score, Services, Task
+from envace.core.rehearsal import (
     CallCandidate,
     OutcomeKind,
     RehearsalError,
@@ -29,10 +30,9 @@ from envace.rehearsal import (
     parse_rehearsal_output,
     precheck_call,
 )
-from envace.results import ResultsError, eval_path, read_results
-from envace.rollout import Mode, RolloutConfig
-from envace.tools import ParseError, ToolCall, parse_tool_calls, render_tool_call
-from envace.tts import parse_evaluation
+from envace.core.rollout import Mode, RolloutConfig
+from envace.core.tools import ParseError, ToolCall, parse_tool_calls, render_tool_call
+from envace.core.tts import parse_evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

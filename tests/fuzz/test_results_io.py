@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envace.bench.runner import PartialResults
-from envace.results import (
+from envace.common.results import (
     MAX_LINE_DEPTH,
     REPAIR_KINDS,
     ResultsError,

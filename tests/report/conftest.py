@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envace.cli import run
-from envace.config import eval_hash, load_config, tts_hash
-from envace.results import eval_path, read_results, tts_path, write_results
+from envace.cli.main import run
+from envace.common.config import eval_hash, load_config, tts_hash
+from envace.common.results import eval_path, read_results, tts_path, write_results
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 EXAMPLE_CONFIG = DATA / "example_config.yaml"

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envace.config import eval_hash
+from envace.common.config import eval_hash
+from envace.common.results import eval_path, manifest_path, read_results, write_results
+from envace.common.stats import Interval
 from envace.report.context import Cell, ReportContext
 from envace.report.diff import cell_status, verdict
 from envace.report.tables import build_table1, to_latex, to_markdown
-from envace.results import eval_path, manifest_path, read_results, write_results
-from envace.stats import Interval
 
 from .conftest import EXAMPLE_CONFIG, EXAMPLE_RESULTS, example_lines, run_cli
 
@@ -291,7 +291,7 @@ def test_diff_on_examples_and_strict(tmp_path: Path) -> None:
         "resamples": 300,
         "seed": 12345,
         "confidence": 0.95,
-        "method": "two-level percentile bootstrap (envace.stats)",
+        "method": "two-level percentile bootstrap (envace.common.stats)",
     }
     assert d["counts"].get("OUTSIDE_CI", 0) > 0
     assert run_diff(EXAMPLE_RESULTS, tmp_path, "--strict")[0] == 1

@@ -1,4 +1,4 @@
-"""envace.results: round trip and every kind of bad input."""
+"""envace.common.results: round trip and every kind of bad input."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envace.results import (
+from envace.common.results import (
     IncompleteResultsError,
     ResultsError,
     eval_path,

@@ -1,11 +1,11 @@
-"""envace.stats: point estimates, interval properties and coverage by simulation."""
+"""envace.common.stats: point estimates, interval properties and coverage by simulation."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from envace.stats import (
+from envace.common.stats import (
     TaskMatrix,
     bootstrap_linear,
     bootstrap_mean,

@@ -11,12 +11,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from envace import results as results_mod
-from envace.config import tts_hash
+from envace.common import results as results_mod
+from envace.common.config import tts_hash
+from envace.common.results import ResultsError, manifest_path, read_results, tts_path, write_results
 from envace.report import figures, points, tts_context
 from envace.report.context import ReportContext, write_output
 from envace.report.tts_context import ContextStats, csv_path, csv_text, overall, summarize
-from envace.results import ResultsError, manifest_path, read_results, tts_path, write_results
 
 from .conftest import EXAMPLE_CONFIG, EXAMPLE_RESULTS, run_cli
 
@@ -228,7 +228,7 @@ def test_write_output_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     def fail(src: str, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(results_mod.os, "replace", fail)  # write_output writes through envace.results
+    monkeypatch.setattr(results_mod.os, "replace", fail)  # write_output writes through envace.common.results
     with pytest.raises(OSError, match="disk full"):
         write_output(path, "new\n")
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["a.csv"]

@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from envace.verl_ext.launch import last_step as latest_step
+from envace.train.verl_ext.launch import last_step as latest_step
 
 from .conftest import SlurmWorkflow, ancestors, processes, tail, wait_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envace.data import convert
+from envace.train.data import convert
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "cm2_fixture.jsonl"
 

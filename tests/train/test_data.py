@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from envace.cli import main
-from envace.config import load_config
-from envace.data import (
+from envace.cli.main import main
+from envace.common.config import load_config
+from envace.train.data import (
     BadRecord,
     convert,
     count_prompt_tokens,

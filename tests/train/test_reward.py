@@ -10,15 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from envace.reward import (
+from envace.core.reward import (
     EMPTY_RESPONSE_REWARD,
-    ChecklistJudge,
-    JudgeConfig,
     RewardRules,
     checklist_reward,
-    parse_verdict,
     reference_match_reward,
 )
+from envace.train.judge import ChecklistJudge, JudgeConfig, parse_verdict
 
 
 # ----------------------------------------------------------------------------------------- fixtures
@@ -269,7 +267,7 @@ def test_http_cache_persisted(server_factory, tmp_path):
 
 def test_verl_compute_score_entry_point(server_factory, monkeypatch):
     """verl's custom-reward signature: the judge comes from the environment, checklists from ground_truth."""
-    import envace.reward as rw
+    import envace.train.reward_fn as rw
 
     srv = server_factory([("json", '{"passed": false}')] * 4)  # requests run concurrently: same reply
     monkeypatch.setattr(rw, "_PROCESS_JUDGE", None)
@@ -285,7 +283,7 @@ def test_verl_compute_score_entry_point(server_factory, monkeypatch):
 
 
 def test_judge_request_is_the_authors_strict_json_schema_with_6000_tokens():
-    from envace.reward import VERDICT_FORMAT
+    from envace.train.judge import VERDICT_FORMAT
 
     judge, completions = _judge(_by_rule)
     checklist_reward([USER, STEP1, OBS_OK, FINAL], [ITEMS], judge)
@@ -299,9 +297,9 @@ def test_judge_request_is_the_authors_strict_json_schema_with_6000_tokens():
 
 def test_verl_workers_get_the_configured_judge(repo_root):
     """training.judge -> ENVACE_JUDGE_* (launch) -> the reward worker's JudgeConfig (reward)."""
-    from envace.config import load_config
-    from envace.reward import judge_config_from_env
-    from envace.verl_ext.launch import judge_env
+    from envace.common.config import load_config
+    from envace.train.judge import judge_config_from_env
+    from envace.train.verl_ext.launch import judge_env
 
     cfg = load_config(repo_root / "config" / "config.yaml")
     jc = judge_config_from_env(judge_env(cfg, "http://judge:1/v1", "Qwen/Qwen3-30B-A3B"))

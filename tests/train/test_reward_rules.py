@@ -8,10 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import envace.reward as rw
-from envace.reward import (
-    ChecklistJudge,
-    JudgeConfig,
+import envace.train.reward_fn as rw
+from envace.core.reward import (
     RewardRules,
     checklist_reward,
     is_error_tool_call,
@@ -20,7 +18,9 @@ from envace.reward import (
     reward_rules_env,
     reward_rules_from_env,
     row_penalties,
+    turn_passes_required,
 )
+from envace.train.judge import ChecklistJudge, JudgeConfig, judge_config_from_env
 
 
 def _call(name, **args):
@@ -300,7 +300,7 @@ def test_compute_score_rules_from_env(monkeypatch):
 
 
 def test_rules_config_round_trip_and_validation(repo_root):
-    from envace.config import load_config
+    from envace.common.config import load_config
 
     for name in ("config.yaml", "smoke.yaml"):
         cfg = load_config(repo_root / "config" / name)
@@ -314,7 +314,7 @@ def test_rules_config_round_trip_and_validation(repo_root):
         RewardRules(zero_turn_on="all")
     env = {"ENVACE_JUDGE_BASE_URL": "u", "ENVACE_JUDGE_MODEL": "m",
            "ENVACE_REWARD_RULES": json.dumps({"judge_prompt": "checklist_judge_v1"})}
-    assert rw.judge_config_from_env(env).prompt_name == "checklist_judge_v1"
+    assert judge_config_from_env(env).prompt_name == "checklist_judge_v1"
 
 
 def test_all_old_values_reproduce_the_old_rewards():
@@ -340,7 +340,7 @@ def test_required_item_failing_stops_the_dialogue_and_later_turns_score_zero():
     the 4 verdicts (2 steps x 2 items, none asked again): (0.6 + 0) / 2 checklist turns = 0.3."""
     judge, completions = _judge()
     chat = [USER, STEP1, OBS_OK, NOT_SAID]
-    assert rw.turn_passes_required(chat, [REQUIRED, ITEMS], 0, judge) is False
+    assert turn_passes_required(chat, [REQUIRED, ITEMS], 0, judge) is False
     assert len(completions.asked) == 4
     res = checklist_reward(chat, [REQUIRED, ITEMS], judge, termination="dialogue_stopped")
     assert res.turn_scores == pytest.approx([0.6]) and res.reward == pytest.approx(0.3)
@@ -348,23 +348,23 @@ def test_required_item_failing_stops_the_dialogue_and_later_turns_score_zero():
     assert len(set(completions.asked)) == 4  # each (step, item) once
     # b said at the final answer: the dialogue goes on; b not required: it goes on too
     judge, _ = _judge()
-    assert rw.turn_passes_required([USER, STEP1, OBS_OK, FINAL], [REQUIRED, ITEMS], 0, judge) is True
-    assert rw.turn_passes_required(chat, [ITEMS, ITEMS], 0, judge) is True
+    assert turn_passes_required([USER, STEP1, OBS_OK, FINAL], [REQUIRED, ITEMS], 0, judge) is True
+    assert turn_passes_required(chat, [ITEMS, ITEMS], 0, judge) is True
     # the switch false (ours before): never stopped, no judge call
     judge, completions = _judge()
     off = RewardRules(stop_on_required_failed=False)
-    assert rw.turn_passes_required(chat, [REQUIRED, ITEMS], 0, judge, off) is True
+    assert turn_passes_required(chat, [REQUIRED, ITEMS], 0, judge, off) is True
     assert completions.asked == []
     assert RewardRules.ours().stop_on_required_failed is False
     # a turn past the checklists or the chat: nothing to check
-    assert rw.turn_passes_required(chat, [REQUIRED], 1, judge) is True
+    assert turn_passes_required(chat, [REQUIRED], 1, judge) is True
 
 
 def test_required_item_judged_at_a_later_turn_of_the_dialogue():
     """Turn 1's items are judged on turn 1's steps only (turn 0's verdicts come from the cache)."""
     judge, completions = _judge()
     chat = [USER, STEP1, OBS_OK, FINAL, {"role": "user", "content": "and Rome?"}, NOT_SAID]
-    assert rw.turn_passes_required(chat, [ITEMS, REQUIRED, ITEMS], 1, judge) is False
+    assert turn_passes_required(chat, [ITEMS, REQUIRED, ITEMS], 1, judge) is False
     assert len(completions.asked) == 2  # one step x two items
     res = checklist_reward(chat, [ITEMS, REQUIRED, ITEMS], judge, termination="dialogue_stopped")
     assert res.turn_scores == pytest.approx([1.0, 0.0]) and res.reward == pytest.approx(1 / 3)
@@ -390,7 +390,7 @@ def test_a_failed_judge_call_stops_the_dialogue_and_is_not_asked_again():
     config = JudgeConfig(base_url="http://unused", model="judge", max_concurrency=1, max_retries=3)
     judge = ChecklistJudge(config, client=client, sleep=lambda s: None)
     chat = [USER, STEP1, OBS_OK, FINAL]
-    assert rw.turn_passes_required(chat, [ITEMS, ITEMS], 0, judge) is False
+    assert turn_passes_required(chat, [ITEMS, ITEMS], 0, judge) is False
     assert len(completions.asked) == 2 + 2 * 4 and judge.metrics.failures == 2
     res = checklist_reward(chat, [ITEMS, ITEMS], judge, termination="dialogue_stopped")
     assert len(completions.asked) == 10 and judge.metrics.failures == 2

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from envace.cli import main
-from envace.commands.plan import parse_size, plan_rows
-from envace.config import load_config
+from envace.cli.main import main
+from envace.cli.plan import parse_size, plan_rows
+from envace.common.config import load_config
 
 PAPER_RUNS = ["envace_8b", "envace_1p7b", "grpo_8b", "grpo_1p7b", "per_role_8b"]
 
@@ -61,8 +61,9 @@ def test_plan_cli(repo_root, capsys):
 
 @pytest.mark.parametrize("config", ["config.yaml", "smoke.yaml"])
 def test_train_cli_hands_over_to_verl_at_every_scale(repo_root, tmp_path, monkeypatch, config):
-    """``envace train`` calls envace.verl_ext.launch.launch(cfg, run, ckpt, done, data=...) at both scales."""
-    from envace.verl_ext import launch as L
+    """``envace train`` calls envace.train.verl_ext.launch.launch(cfg, run, ckpt, done, data=...) at both
+    scales."""
+    from envace.train.verl_ext import launch as L
 
     calls = []
     monkeypatch.setattr(L, "launch", lambda cfg, run, ckpt, done, data=None:

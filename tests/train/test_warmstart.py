@@ -1,14 +1,14 @@
-"""The tiny model's SFT warm start (envace.warmstart) and `envace tiny-model --warmstart-data`."""
+"""The tiny model's SFT warm start (envace.train.warmstart) and `envace tiny-model --warmstart-data`."""
 
 import json
 
 import torch
 
-from envace.cli import main
-from envace.data import convert
-from envace.rehearsal import OutcomeKind, parse_rehearsal_output
-from envace.tiny_model import tiny_model_and_tokenizer
-from envace.warmstart import GREETING, USER_SYSTEM, _response_nll, sft, sft_sequences
+from envace.cli.main import main
+from envace.core.rehearsal import OutcomeKind, parse_rehearsal_output
+from envace.serve.tiny_model import tiny_model_and_tokenizer
+from envace.train.data import convert
+from envace.train.warmstart import GREETING, USER_SYSTEM, _response_nll, sft, sft_sequences
 
 FIXTURE = "tests/data/cm2_fixture.jsonl"
 

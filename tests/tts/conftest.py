@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envace.bench.base import Score
-from envace.tools import ToolCall
+from envace.core.environment import Score
+from envace.core.tools import ToolCall
 from tests.fixtures import WEATHER_TOOL
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -15,7 +15,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 
 @dataclass
 class Task:
-    """Stand-in for ``envace.bench.base.Task`` (only the fields TTS reads)."""
+    """Stand-in for ``envace.core.environment.Task`` (only the fields TTS reads)."""
 
     system: str | None
     first_user: str

@@ -1,4 +1,4 @@
-"""Rehearsal fidelity (envace.fidelity and `envace fidelity`): pair extraction, hand-computed metrics,
+"""Rehearsal fidelity (envace.core.fidelity and `envace fidelity`): pair extraction, hand-computed metrics,
 teacher-forced prompts, task-level aggregation, and the command end to end with the tiny model."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from envace.cli import main
-from envace.fidelity import (
+from envace.cli.main import main
+from envace.common.results import write_results
+from envace.core.fidelity import (
     CallPair,
     PairScore,
     aggregate,
@@ -22,9 +23,8 @@ from envace.fidelity import (
     predict_observations,
     score_pair,
 )
-from envace.results import write_results
-from envace.tiny_model import build_tiny_model
-from envace.tools import ToolCall
+from envace.core.tools import ToolCall
+from envace.serve.tiny_model import build_tiny_model
 from tests.fixtures import WEATHER_TOOL, ScriptedBackend
 
 CHAT: list[dict[str, Any]] = [
@@ -195,8 +195,8 @@ def test_fidelity_command_rejects_lines_without_trajectory(tmp_path, capsys):
 
 
 def test_fidelity_command_takes_tools_from_the_adapter(tmp_path, repo_root, monkeypatch):
-    import envace.commands.fidelity as cmd
-    from envace.bench.base import Task
+    import envace.cli.fidelity as cmd
+    from envace.core.environment import Task
 
     calls: list[tuple[str, Any]] = []
 

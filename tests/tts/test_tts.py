@@ -1,4 +1,4 @@
-"""Test-time scaling (envace.tts): context contents, no real-environment call before the commit, token
+"""Test-time scaling (envace.core.tts): context contents, no real-environment call before the commit, token
 caps, fallbacks, multi-turn commit and determinism with the tiny model."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from envace.rollout import RolloutConfig
-from envace.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
-from envace.tools import ToolCall
-from envace.tts import (
+from envace.core.rollout import RolloutConfig
+from envace.core.tools import ToolCall
+from envace.core.tts import (
     EVAL_FALLBACK_FEEDBACK,
     TTSConfig,
     cap_tokens,
@@ -19,6 +18,7 @@ from envace.tts import (
     parse_memory,
     run_tts,
 )
+from envace.serve.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
 from tests.fixtures import ScriptedBackend
 
 from .conftest import CALL, SpyEpisode, Task
@@ -271,7 +271,7 @@ class _BrokenEpisode(SpyEpisode):
 
 
 def test_rehearser_failure_stops_the_run(tokenizer):
-    from envace.bench.runner import BackendError
+    from envace.core.rollout import BackendError
 
     log: list[tuple[str, Any]] = []
     episode = SpyEpisode(log)
@@ -300,10 +300,10 @@ def test_commit_in_a_real_bfcl_episode_scores_like_the_gold_replay(tmp_path, mon
     gold calls executed once in a real BFCL multi-turn episode (wrapped in a spy), scored 1.0."""
     pytest.importorskip("bfcl_eval")
     monkeypatch.setenv("BFCL_PROJECT_ROOT", str(tmp_path))
-    from envace.bench.base import Services
     from envace.bench.bfcl import BfclMultiTurnAdapter
     from envace.bench.scripted import CharTokenizer, script_for_calls
     from envace.bench.scripted import ScriptedBackend as CharScripted
+    from envace.core.environment import Services
 
     class Spy:
         def __init__(self, inner: Any, log: list[str]) -> None:

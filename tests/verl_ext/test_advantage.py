@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-from envace.verl_ext.advantage import ESTIMATOR, compute_role_wise_advantage, role_group_ids
+from envace.train.verl_ext.advantage import ESTIMATOR, compute_role_wise_advantage, role_group_ids
 
 
 def _batch(rewards: list[float], t: int = 3) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,10 +11,10 @@ from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.workers.rollout.replica import TokenOutput
 
-from envace.rollout import RolloutConfig, run_rollout
-from envace.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
-from envace.verl_ext.advantage import ESTIMATOR, role_group_ids
-from envace.verl_ext.agent_loop import ServerManagerBackend, trajectory_outputs
+from envace.core.rollout import RolloutConfig, run_rollout
+from envace.serve.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
+from envace.train.verl_ext.advantage import ESTIMATOR, role_group_ids
+from envace.train.verl_ext.agent_loop import ServerManagerBackend, trajectory_outputs
 from tests.fixtures import ScriptedServerManager
 
 TOOLS = [
@@ -135,7 +135,7 @@ def test_fields_verl_v1_worker_needs():
 def test_trajectory_without_generation_is_a_masked_row():
     """No generation (prompt over the limit): one row verl can store (as_dict puts the reward on the
     last response token: an empty response raised IndexError) that no baseline sees."""
-    from envace.rollout import Termination, Trajectory
+    from envace.core.rollout import Termination, Trajectory
 
     traj = Trajectory(messages=[], generations=[], termination=next(iter(Termination)), act_ids=[1, 2, 3],
                       act_segments=[], num_turns=0)
@@ -150,7 +150,7 @@ def test_rollout_settings_reach_the_loop_from_verl_config():
     """envace.terminate_on_* and verl's data.apply_chat_template_kwargs reach the rollout config."""
     from types import SimpleNamespace
 
-    from envace.verl_ext.agent_loop import rollout_config_from
+    from envace.train.verl_ext.agent_loop import rollout_config_from
 
     rollout = SimpleNamespace(prompt_length=100, response_length=50)
     section = {"terminate_on_rehearsal_malformed": False, "terminate_on_rehearsal_error": True}
@@ -166,8 +166,8 @@ def test_parameters_key_rule_reaches_the_rollout_parser(monkeypatch):
     the Ray workers) to the rollout's parser: a call keyed "parameters" parses, or is a parse error."""
     from types import SimpleNamespace
 
-    from envace.tools import parse_tool_calls
-    from envace.verl_ext.agent_loop import rollout_config_from
+    from envace.core.tools import parse_tool_calls
+    from envace.train.verl_ext.agent_loop import rollout_config_from
 
     rollout = SimpleNamespace(prompt_length=100, response_length=50)
     text = '<tool_call>\n{"name": "get_weather", "parameters": {"city": "Oslo"}}\n</tool_call>'
@@ -183,7 +183,7 @@ def test_episode_rule_defaults_and_switches_from_verl_config():
     """The authors' rules by default (no key in the envace section); the old values one key away."""
     from types import SimpleNamespace
 
-    from envace.verl_ext.agent_loop import rollout_config_from
+    from envace.train.verl_ext.agent_loop import rollout_config_from
 
     rollout = SimpleNamespace(prompt_length=100, response_length=50)
     cfg = rollout_config_from({}, rollout, {})
@@ -202,8 +202,8 @@ def test_episode_rule_defaults_and_switches_from_verl_config():
 def _scripted_loop(texts, section=None):
     from types import SimpleNamespace
 
-    from envace.tiny_model import build_tiny_tokenizer
-    from envace.verl_ext.agent_loop import EnvaceAgentLoop
+    from envace.serve.tiny_model import build_tiny_tokenizer
+    from envace.train.verl_ext.agent_loop import EnvaceAgentLoop
 
     tok = build_tiny_tokenizer()
     loop = object.__new__(EnvaceAgentLoop)  # AgentLoopBase.__init__ needs a running verl worker
@@ -282,7 +282,8 @@ def test_agent_loop_judge_stops_the_dialogue(monkeypatch):
     import json
     from types import SimpleNamespace
 
-    import envace.reward as rw
+    import envace.train.reward_fn as rw
+    from envace.train.judge import ChecklistJudge, JudgeConfig
 
     search = '<tool_call>\n{"name": "search", "arguments": {"query": "paris"}}\n</tool_call>'
     texts = [search, '<execution_result>{"t": 18}</execution_result>', "18 degrees.", "Bye."]
@@ -299,7 +300,7 @@ def test_agent_loop_judge_stops_the_dialogue(monkeypatch):
         monkeypatch.setenv("ENVACE_REWARD_RULES", json.dumps(rules))
         completions = _KeyJudgeCompletions()
         client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
-        judge = rw.ChecklistJudge(rw.JudgeConfig(base_url="u", model="m", max_concurrency=1), client=client)
+        judge = ChecklistJudge(JudgeConfig(base_url="u", model="m", max_concurrency=1), client=client)
         monkeypatch.setattr(rw, "_PROCESS_JUDGE", judge)
         loop, _ = _scripted_loop(texts)
         loop._reward_fn = rw.compute_score
@@ -322,7 +323,7 @@ def test_blank_rows_get_their_own_penalty_through_trainer(monkeypatch):
     import torch
     import transfer_queue as tq
 
-    from envace.verl_ext.trainer import EnvaceTrainer, penalised_scores, row_penalty_of
+    from envace.train.verl_ext.trainer import EnvaceTrainer, penalised_scores, row_penalty_of
 
     traj, _ = _rollout(0)
     gens = [g for g in traj.generations if g.trainable]

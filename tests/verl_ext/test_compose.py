@@ -6,8 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 from verl.utils.config import validate_config
 
-from envace.config import load_config
-from envace.verl_ext.compose import RUN_FILES, compose, run_config_name, run_overrides
+from envace.common.config import load_config
+from envace.train.verl_ext.compose import RUN_FILES, compose, run_config_name, run_overrides
 
 CFG = load_config("config/config.yaml")
 RUNS = sorted(CFG["training"]["runs"])
@@ -155,7 +155,7 @@ def test_episode_switches_reach_verl():
 def test_episode_rules_enter_the_training_spec_hash():
     """The train rule's spec hash is config_hash(training.runs.<run>) (workflow/rules/common.smk
     run_spec): the episode block lives in the run, so changing a rule changes the hash."""
-    from envace.config import config_hash
+    from envace.common.config import config_hash
 
     cfg = load_config("config/config.yaml")
     run = cfg["training"]["runs"]["envace_8b"]

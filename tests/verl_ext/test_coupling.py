@@ -1,4 +1,4 @@
-"""verl coupling in one place (envace.verl_ext.coupling): every verl member we override, call privately,
+"""verl coupling in one place (envace.train.verl_ext.coupling): every verl member we override, call privately,
 re-implement or rely on is listed, its source is the one we checked, and the version is the pinned one."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import re
 
 import pytest
 
-from envace.verl_ext import coupling
-from envace.verl_ext.cpu import UnsupportedVersion
+from envace.train.verl_ext import coupling
+from envace.train.verl_ext.cpu import UnsupportedVersion
 
 
 @pytest.fixture(scope="module")
 def classes() -> list[type]:
-    import envace.verl_ext.cpu.platform  # noqa: F401  (the CPU platform first, as in every verl process)
-    from envace.verl_ext import agent_loop, per_role_trainer, trainer
+    import envace.train.verl_ext.cpu.platform  # noqa: F401  (the CPU platform first, as in every verl process)
+    from envace.train.verl_ext import agent_loop, per_role_trainer, trainer
 
     return [trainer.EnvaceTrainer, per_role_trainer.PerRoleTrainer,
             per_role_trainer.OwnServerActorRolloutRefWorker, per_role_trainer.PolicyServerManager,
@@ -46,14 +46,15 @@ def test_every_verl_member_our_classes_override_or_call_privately_is_listed(clas
             if getattr(vars(owner)[name], "__isabstractmethod__", False):
                 continue
             found.add((f"{owner.__module__}:{owner.__qualname__}.{name}", site))
-    assert found - listed == set(), "verl members used by envace but not listed in envace.verl_ext.coupling"
+    assert found - listed == set(), \
+        "verl members used by envace but not listed in envace.train.verl_ext.coupling"
     # the scan is not vacuous: it finds an override, a private call and the re-implemented step
     assert {("verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_advantage",
-             "envace.verl_ext.trainer:EnvaceTrainer"),
+             "envace.train.verl_ext.trainer:EnvaceTrainer"),
             ("verl.trainer.ppo.v1.trainer_base:PPOTrainer._balance_batch",
-             "envace.verl_ext.per_role_trainer:PerRoleTrainer"),
+             "envace.train.verl_ext.per_role_trainer:PerRoleTrainer"),
             ("verl.trainer.ppo.v1.trainer_base:PPOTrainer._step_once",
-             "envace.verl_ext.per_role_trainer:PerRoleTrainer")} <= found
+             "envace.train.verl_ext.per_role_trainer:PerRoleTrainer")} <= found
 
 
 def test_a_changed_verl_member_is_reported_with_our_site():
@@ -67,7 +68,7 @@ def test_a_changed_verl_member_is_reported_with_our_site():
 
 def test_only_the_pinned_verl_is_accepted(monkeypatch):
     assert coupling.check_verl_version() == coupling.PINNED_VERL
-    import envace.verl_ext.cpu as cpu
+    import envace.train.verl_ext.cpu as cpu
 
     monkeypatch.setattr(cpu, "_installed", lambda dist: "0.10.0")
     with pytest.raises(UnsupportedVersion, match="verl 0.9.1 but verl 0.10.0"):

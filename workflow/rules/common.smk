@@ -1,12 +1,12 @@
 # Helpers shared by all rules: the validated config, the experiment matrix and the file layout.
-# The report's per-sample inputs (eval_files, tts_files) come from envace.results.eval_path / tts_path,
+# The report's per-sample inputs (eval_files, tts_files) come from envace.common.results.eval_path / tts_path,
 # the CLI's layout; the rules' output patterns follow it (tests/test_workflow.py plans a target built
 # with eval_path).
 import json
 import os
 from pathlib import Path
 
-from envace.config import (
+from envace.common.config import (
     complete_config,
     config_hash,
     eval_hash,
@@ -15,8 +15,8 @@ from envace.config import (
     training_key,
     tts_hash,
 )
-from envace.data import local_source_path
-from envace.results import eval_path, tts_path
+from envace.train.data import local_source_path
+from envace.common.results import eval_path, tts_path
 
 CFG = complete_config(config, source="snakemake config")
 
@@ -78,7 +78,7 @@ def run_spec(run):
     spec = CFG["training"]["runs"][run]
     payload = {
         "run": run,
-        # the run plus training.data / judge / reward / reward_rules (envace.config.training_key)
+        # the run plus training.data / judge / reward / reward_rules (envace.common.config.training_key)
         "hash": config_hash(training_key(CFG, run)),
         "spec": spec,
         "scale": CFG["scale"],

@@ -3,7 +3,7 @@
 # one server per distinct model path and runs all its (benchmark, seed) / (setting, benchmark, seed) runs.
 import re
 
-from envace.config import figure5_models
+from envace.common.config import figure5_models
 
 
 def eval_blocks():

@@ -16,7 +16,7 @@ them (our own code, written from reading theirs):
   ``pipeline/5_rl_training/convert_checklist_to_parquet.py`` does. The smoke config trains on it
   (``config/smoke.yaml`` ``training.data.source``).
 
-Records whose uuid starts with ``bad-`` are each rejected by ``envace.data`` for one reason.
+Records whose uuid starts with ``bad-`` are each rejected by ``envace.train.data`` for one reason.
 """
 
 from __future__ import annotations

