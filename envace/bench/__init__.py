@@ -16,8 +16,8 @@ __all__ = ["REGISTRY", "get_adapter"]
 
 #: benchmark name (config ``benchmarks.<name>``) -> ``"module:Class"`` of its adapter.
 REGISTRY: dict[str, str] = {
-    "bfcl_v4": "envace.bench.bfcl:BfclV4Adapter",
-    "bfcl_multi_turn": "envace.bench.bfcl:BfclMultiTurnAdapter",
+    "bfcl_v4": "envace.bench.bfcl.adapter:BfclV4Adapter",
+    "bfcl_multi_turn": "envace.bench.bfcl.adapter:BfclMultiTurnAdapter",
     "tau2": "envace.bench.tau2:Tau2Adapter",
     "vitabench": "envace.bench.vitabench:VitaBenchAdapter",
     "finmcp": "envace.bench.finmcp:FinMcpAdapter",

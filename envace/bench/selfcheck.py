@@ -5,11 +5,11 @@ a :class:`envace.bench.scripted.ScriptedBackend` replays the task's ground-truth
 message per user turn, then a text answer) through :func:`envace.bench.runner.run_samples` — the same
 episode driver, rollout loop (``Mode.REAL``), tool-call parser, structured dispatch and scorer as an
 evaluation — and counts passed samples. :func:`selfcheck_bfcl_ast` does the same for the 13 single-turn
-(AST) categories through :class:`envace.bench.bfcl.BfclV4Adapter`: one assistant message with the gold
-calls of :func:`envace.bench.bfcl_ast.gold_calls` (none for the irrelevance categories), then a text
+(AST) categories through :class:`envace.bench.bfcl.adapter.BfclV4Adapter`: one assistant message with the gold
+calls of :func:`envace.bench.bfcl.single_turn.gold_calls` (none for the irrelevance categories), then a text
 answer, scored by bfcl-eval's AST checker / relevance rule; it also returns passed/total per category.
 All 3641 tasks replay; 3635 pass. The 6 others are tasks whose ground truth no output satisfies under
-bfcl-eval's own checker (:data:`envace.bench.bfcl_ast.KNOWN_UNSATISFIABLE`); their failed lines carry
+bfcl-eval's own checker (:data:`envace.bench.bfcl.single_turn.KNOWN_UNSATISFIABLE`); their failed lines carry
 ``known_unsatisfiable`` (the reason), which the ``envace selfcheck`` command accepts.
 Uses the character tokenizer of :mod:`envace.bench.scripted` (see there why). Writes its result file into
 a temporary directory.
@@ -22,8 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envace.bench.bfcl import AST_SPLITS, MULTI_TURN_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter
-from envace.bench.bfcl_ast import KNOWN_UNSATISFIABLE
+from envace.bench.bfcl.adapter import BfclMultiTurnAdapter, BfclV4Adapter
+from envace.bench.bfcl.common import AST_SPLITS, MULTI_TURN_SPLITS
+from envace.bench.bfcl.single_turn import KNOWN_UNSATISFIABLE
 from envace.bench.runner import run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.core.environment import Services
@@ -85,15 +86,15 @@ def selfcheck_ledger(limit: int | None = None, out_dir: str | Path | None = None
 def selfcheck_bfcl_agentic(splits: list[str] | None = None, limit: int | None = None,
                            out_dir: str | Path | None = None
                            ) -> tuple[int, int, list[dict], dict[str, tuple[int, int]]]:
-    """Replay the agentic categories (:func:`envace.bench.bfcl_agentic.gold_turns`): memory with the
+    """Replay the agentic categories (:func:`envace.bench.bfcl.agentic.gold_turns`): memory with the
     deterministic in-process encoder, web search in replay mode from the cache of
-    :func:`envace.bench.bfcl_agentic.gold_cache_records`. Returns ``(passed, total, failed result lines,
+    :func:`envace.bench.bfcl.agentic.gold_cache_records`. Returns ``(passed, total, failed result lines,
     {category: (passed, total)})``; a prerequisite conversation that did not end normally counts as a
     failed line too (its memory feeds the questions)."""
     import json
 
-    from envace.bench.bfcl import AGENTIC_SPLITS
-    from envace.bench.bfcl_agentic import gold_answer, gold_cache_records, load_agentic_tasks
+    from envace.bench.bfcl.agentic import gold_answer, gold_cache_records, load_agentic_tasks
+    from envace.bench.bfcl.common import AGENTIC_SPLITS
     from envace.bench.runner import prerequisite_path
     from envace.common.results import read_results
 

@@ -3,7 +3,7 @@
 ``bfcl_multi_turn``: :func:`envace.bench.selfcheck.selfcheck_bfcl_multi_turn` (must be 800/800).
 ``bfcl_ast``: :func:`envace.bench.selfcheck.selfcheck_bfcl_ast` (the 13 single-turn categories; also
 prints ``category: passed/total`` per category). Expected 3635/3641: no output meets bfcl-eval's own
-ground truth for 6 tasks (``envace.bench.bfcl_ast.KNOWN_UNSATISFIABLE``); their failed lines carry
+ground truth for 6 tasks (``envace.bench.bfcl.single_turn.KNOWN_UNSATISFIABLE``); their failed lines carry
 ``known_unsatisfiable`` and are reported as known.
 ``bfcl_agentic``: :func:`envace.bench.selfcheck.selfcheck_bfcl_agentic` (memory_kv/vector/rec_sum with
 their prerequisite conversations, web_search_base/no_snippet from a cache built from bfcl-eval's ground

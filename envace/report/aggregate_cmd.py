@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from envace.bench import bfcl
+from envace.bench.bfcl import leaderboard as bfcl
 from envace.common.results import IncompleteResultsError, ResultsError
 from envace.report.context import PERCENT, add_common_args, context_from_args, write_output
 from envace.report.evaluations import describe_overall

@@ -20,7 +20,8 @@ without recorded counts contributes nothing and is counted in ``n_failed_uncount
 Groups. ``aggregate.method: pooled`` (the default): tasks map to the config's aggregate groups through
 their split; a group's value is the mean over its tasks; groups are the bootstrap strata. ``method:
 bfcl_eval`` (BFCL-v4): the strata are the categories (splits) and group values and weights are those of
-the pinned bfcl-eval leaderboard (:func:`envace.bench.bfcl.leaderboard_weights`; the config's ``groups``
+the pinned bfcl-eval leaderboard (:func:`envace.bench.bfcl.leaderboard.leaderboard_weights`; the config's
+``groups``
 are not used); ``live_relevance`` is reported in ``unscored`` and weighted into nothing. ``aggregate.overall``
 (``bfcl_eval`` only; :data:`OVERALLS`): ``leaderboard`` (default) weighs all five leaderboard groups,
 agentic included; ``without_agentic`` reports the agentic categories in ``unscored`` too (and the agentic
@@ -42,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from envace.bench import bfcl, finmcp
+from envace.bench import finmcp
+from envace.bench.bfcl import leaderboard as bfcl
 from envace.common.config import eval_hash, tts_hash
 from envace.common.results import ResultsError, eval_path, read_results, tts_path
 from envace.common.stats import RatioMatrix, Statistic, TaskMatrix
@@ -116,7 +118,8 @@ class Evaluation:
         """Which Overall the value of a ``method: bfcl_eval`` evaluation is, from what ran and is weighted.
 
         :data:`LEADERBOARD_OVERALL` (``"leaderboard Overall"``) when every group and category of
-        :data:`envace.bench.bfcl.LEADERBOARD_GROUPS` ran and is weighted in: bfcl-eval's Overall. Otherwise
+        :data:`envace.bench.bfcl.leaderboard.LEADERBOARD_GROUPS` ran and is weighted in: bfcl-eval's Overall.
+        Otherwise
         ``"re-weighted, without <groups>"`` naming the leaderboard groups not weighted in (did not run, or
         excluded by ``aggregate.overall``), and/or ``"missing categories in <groups>"`` naming the weighted
         groups with a category that did not run, joined by ``"; "`` (groups in leaderboard order, e.g.

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from envace.bench import get_adapter
-from envace.bench.bfcl import BfclMultiTurnAdapter, parse_gold_call, to_openai_tool
+from envace.bench.bfcl.adapter import BfclMultiTurnAdapter
+from envace.bench.bfcl.common import parse_gold_call, to_openai_tool
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.bench.selfcheck import REPLAY_CONFIG, selfcheck_bfcl_multi_turn
 from envace.core.environment import Services

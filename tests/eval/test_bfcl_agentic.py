@@ -13,10 +13,11 @@ from unittest import mock
 
 import pytest
 
-from envace.bench.bfcl import AGENTIC_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter
-from envace.bench.bfcl_agentic import gold_answer, load_agentic_tasks, prerequisite_stages
-from envace.bench.bfcl_memory import HashingEncoder, load_encoder, memory_backend_class, memory_system_prompt
-from envace.bench.bfcl_web import ResponseCache, UnsafeURLError, WebBackend, guarded_get, web_search_api_class
+from envace.bench.bfcl.adapter import BfclMultiTurnAdapter, BfclV4Adapter
+from envace.bench.bfcl.agentic import gold_answer, load_agentic_tasks, prerequisite_stages
+from envace.bench.bfcl.common import AGENTIC_SPLITS
+from envace.bench.bfcl.memory import HashingEncoder, load_encoder, memory_backend_class, memory_system_prompt
+from envace.bench.bfcl.web import ResponseCache, UnsafeURLError, WebBackend, guarded_get, web_search_api_class
 from envace.bench.runner import prerequisite_path, run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend, script_for_calls
 from envace.bench.selfcheck import REPLAY_CONFIG, selfcheck_bfcl_agentic
@@ -294,7 +295,7 @@ def test_memory_vector_loads_a_sentence_transformers_folder_in_its_own_process(t
         word = models.Transformer({str(lm)!r})
         pool = models.Pooling(word.get_word_embedding_dimension(), "mean")
         SentenceTransformer(modules=[word, pool], device="cpu").save({str(st)!r})
-        from envace.bench.bfcl_memory import memory_backend_class
+        from envace.bench.bfcl.memory import memory_backend_class
         cls = memory_backend_class("memory_vector", {str(st)!r})
         module = sys.modules[cls.__module__]
         api = cls()
@@ -316,7 +317,7 @@ def test_guarded_get_fetches_caps_the_size_and_checks_every_redirect_hop(monkeyp
     import http.server
     import threading
 
-    from envace.bench import bfcl_web
+    from envace.bench.bfcl import web as bfcl_web
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (the stdlib's name)

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from envace.bench import get_adapter
-from envace.bench.bfcl import AST_SPLITS, BfclMultiTurnAdapter, BfclV4Adapter, _bfcl
-from envace.bench.bfcl_ast import (
+from envace.bench.bfcl.adapter import BfclMultiTurnAdapter, BfclV4Adapter
+from envace.bench.bfcl.common import AST_SPLITS, bfcl_eval_package
+from envace.bench.bfcl.single_turn import (
     OBSERVATION,
     BfclAstEpisode,
     _java,
@@ -27,7 +28,7 @@ from envace.core.tools import ToolCall
 
 @pytest.fixture(scope="module", autouse=True)
 def bfcl_project_root() -> None:
-    _bfcl()  # bfcl-eval writes under BFCL_PROJECT_ROOT (a temp dir), never into site-packages
+    bfcl_eval_package()  # bfcl-eval writes under BFCL_PROJECT_ROOT (a temp dir), never into site-packages
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +202,7 @@ def test_selfcheck_command_prints_every_category(capsys):
 
 
 def test_known_unsatisfiable_tasks_fail_their_gold_replay(adapter):
-    from envace.bench.bfcl_ast import KNOWN_UNSATISFIABLE
+    from envace.bench.bfcl.single_turn import KNOWN_UNSATISFIABLE
 
     splits = sorted({task_id.rsplit("_", 1)[0] for task_id in KNOWN_UNSATISFIABLE})
     tasks = [t for t in adapter.load_tasks(splits, None) if t.task_id in KNOWN_UNSATISFIABLE]

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envace.bench import bfcl
+from envace.bench.bfcl import common as bfcl_common
+from envace.bench.bfcl import leaderboard as bfcl
 from envace.bench.finmcp import MICRO_METRICS, aggregate_metrics
 from envace.common.config import eval_hash, load_config
 from envace.common.results import IncompleteResultsError, eval_path, write_results
@@ -141,7 +142,7 @@ CATEGORIES = {  # category -> (tasks, successes): accuracies that differ between
 def _bfcl_eval_leaderboard(monkeypatch: pytest.MonkeyPatch, scores: dict[str, dict[str, float]]) -> dict:
     """bfcl-eval's ``generate_leaderboard_csv`` on ``scores`` (category -> accuracy / total_count); the
     rows it would write, before its CSV writer formats them, by file name."""
-    bfcl._ensure_project_root()
+    bfcl_common._ensure_project_root()
     # its model table imports every provider SDK (tree-sitter, ...); the leaderboard needs one entry
     stub = types.ModuleType("bfcl_eval.constants.model_config")
     stub.MODEL_CONFIG_MAPPING = {"envace/probe": types.SimpleNamespace(
@@ -225,7 +226,7 @@ def test_bfcl_groups_and_overall_equal_bfcl_evals_own(
         "live": {"weight": 10, "splits": ["live_simple", "live_multiple", "live_parallel",
                                           "live_parallel_multiple", "live_relevance"]},
         "irrelevance": {"weight": 10, "splits": ["irrelevance", "live_irrelevance"]},
-        "multi_turn": {"weight": 30, "splits": list(bfcl.MULTI_TURN_SPLITS)},
+        "multi_turn": {"weight": 30, "splits": list(bfcl_common.MULTI_TURN_SPLITS)},
     }
     pooled_root = root / "pooled"
     _write(cfg, pooled_root, "envace_8b", "bfcl_v4", rows)

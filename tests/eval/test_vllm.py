@@ -217,13 +217,14 @@ def test_checklist_judge_served_with_the_clusters_client_and_settings(vllm_serve
     the token cap: 0 of 16 verdicts parsed, measured 2026-12-01; with it 16 of 16) and the smoke judge's
     ``reason_max_chars`` (uncapped, its reason string ran to the token cap)."""
     from envace.common.config import load_config
-    from envace.core import reward as rw
+    from envace.core.reward import reward_rules_env
+    from envace.train import reward_fn as rw
     from envace.train.verl_ext.launch import judge_env
 
     cfg = load_config(SMOKE)
     env = judge_env(cfg, vllm_server.base_url, vllm_server.served_name)
     assert env["ENVACE_JUDGE_JSON_SCHEMA"] == "1" and env["ENVACE_JUDGE_REASON_MAX_CHARS"] == "64"
-    for key, value in {**env, "ENVACE_REWARD": "checklist", **rw.reward_rules_env(cfg)}.items():
+    for key, value in {**env, "ENVACE_REWARD": "checklist", **reward_rules_env(cfg)}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(rw, "_PROCESS_JUDGE", None)
     items = [{"question": "Did the assistant call get_weather for Paris?", "focus_on": "assistant.tool_calls",

@@ -300,7 +300,7 @@ def test_commit_in_a_real_bfcl_episode_scores_like_the_gold_replay(tmp_path, mon
     gold calls executed once in a real BFCL multi-turn episode (wrapped in a spy), scored 1.0."""
     pytest.importorskip("bfcl_eval")
     monkeypatch.setenv("BFCL_PROJECT_ROOT", str(tmp_path))
-    from envace.bench.bfcl import BfclMultiTurnAdapter
+    from envace.bench.bfcl.adapter import BfclMultiTurnAdapter
     from envace.bench.scripted import CharTokenizer, script_for_calls
     from envace.bench.scripted import ScriptedBackend as CharScripted
     from envace.core.environment import Services

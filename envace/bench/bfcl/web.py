@@ -250,7 +250,7 @@ def web_search_api_class() -> type:
     if version != PINNED_BFCL_EVAL:
         raise RuntimeError(f"envace's web-search tools override bfcl-eval {PINNED_BFCL_EVAL}'s WebSearchAPI; "
                            f"bfcl-eval {version} is installed: check its web_search.py and update "
-                           "envace/bench/bfcl_web.py")
+                           "envace/bench/bfcl/web.py")
     from bfcl_eval.eval_checker.multi_turn_eval.func_source_code.web_search import WebSearchAPI
 
     class _Api(WebSearchAPI):  # type: ignore[misc, valid-type]

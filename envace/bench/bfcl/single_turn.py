@@ -2,7 +2,7 @@
 
 Categories: simple_python, simple_java, simple_javascript, multiple, parallel, parallel_multiple,
 irrelevance, live_simple, live_multiple, live_parallel, live_parallel_multiple, live_irrelevance,
-live_relevance (:data:`envace.bench.bfcl.AST_SPLITS`).
+live_relevance (:data:`envace.bench.bfcl.common.AST_SPLITS`).
 
 Implemented:
 - Data: bfcl-eval's own loaders ``bfcl_eval.utils.load_dataset_entry`` / ``load_ground_truth_entry``.
@@ -10,7 +10,7 @@ Implemented:
   (``include_language_specific_hint=True``: the language hint in every description; for Java and
   JavaScript every parameter type becomes ``string`` with the original type named in its description,
   ``_func_doc_language_specific_pre_processing``), converted to OpenAI tool schemas by
-  :func:`envace.bench.bfcl.to_openai_tool`. The checker gets the docs as bfcl-eval's ``evaluate_task``
+  :func:`envace.bench.bfcl.common.to_openai_tool`. The checker gets the docs as bfcl-eval's ``evaluate_task``
   loads them (``include_language_specific_hint=False``: original Java/JavaScript type names). Ground truth
   is aligned with the prompts by index (as ``_subset_entries_by_model_ids``; the ids agree).
 - Opening: the system messages of ``question[0]`` become the task's system prompt and its other messages'
@@ -63,7 +63,7 @@ import types
 from functools import cache
 from typing import Any
 
-from envace.bench.bfcl import _bfcl, to_openai_tool
+from envace.bench.bfcl.common import bfcl_eval_package, to_openai_tool
 from envace.core.environment import Score, Task
 from envace.core.tools import ToolCall
 
@@ -109,7 +109,7 @@ _stand_in_used = False
 def ast_checker_module() -> Any:
     """bfcl-eval's ``ast_checker`` module (see the module docstring for the ``model_config`` stand-in)."""
     global _stand_in_used
-    _bfcl()
+    bfcl_eval_package()
     if _CHECKER in sys.modules:
         return sys.modules[_CHECKER]
     try:
@@ -142,7 +142,7 @@ def checker_provenance() -> str:
 
 
 def _language(split: str) -> Any:
-    _bfcl()
+    bfcl_eval_package()
     from bfcl_eval.constants.enums import Language
     from bfcl_eval.utils import is_java, is_js
 
@@ -151,7 +151,7 @@ def _language(split: str) -> Any:
 
 @cache
 def _entries(split: str, hinted: bool) -> tuple[dict[str, Any], ...]:
-    _bfcl()
+    bfcl_eval_package()
     from bfcl_eval.utils import load_dataset_entry
 
     return tuple(load_dataset_entry(split, include_prereq=False, include_language_specific_hint=hinted))
@@ -161,7 +161,7 @@ def _entries(split: str, hinted: bool) -> tuple[dict[str, Any], ...]:
 def _ground_truth(split: str) -> tuple[Any, ...] | None:
     if split in RELEVANCE_SPLITS:
         return None
-    _bfcl()
+    bfcl_eval_package()
     from bfcl_eval.utils import load_ground_truth_entry
 
     return tuple(entry["ground_truth"] for entry in load_ground_truth_entry(split))
@@ -199,7 +199,7 @@ def _verdict_ast(task: Task, decoded: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _verdict_relevance(split: str, decoded: list[dict[str, Any]]) -> dict[str, Any]:
-    _bfcl()
+    bfcl_eval_package()
     from bfcl_eval.utils import is_empty_output
 
     has_call = not is_empty_output(decoded)

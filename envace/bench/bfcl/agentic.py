@@ -1,5 +1,5 @@
-"""BFCL-v4 agentic categories — memory (:mod:`envace.bench.bfcl_memory`) and web search
-(:mod:`envace.bench.bfcl_web`): tasks, isolated episodes, bfcl-eval's own checker, gold scripts.
+"""BFCL-v4 agentic categories — memory (:mod:`envace.bench.bfcl.memory`) and web search
+(:mod:`envace.bench.bfcl.web`): tasks, isolated episodes, bfcl-eval's own checker, gold scripts.
 
 Implemented:
 - Data: bfcl-eval's own loader ``bfcl_eval.utils.load_dataset_entry(category)``: test entries with
@@ -12,7 +12,7 @@ Implemented:
   conversation of every scenario in the run — which :func:`envace.bench.runner.run_samples` runs in order
   before the questions (their result lines go to a side file, not into the score).
 - :class:`AgenticEpisode`: one fresh instance of the backend class per episode (memory: bfcl-eval's
-  ``MemoryAPI_<backend>``; web search: :func:`envace.bench.bfcl_web.web_search_api_class`), configured by
+  ``MemoryAPI_<backend>``; web search: :func:`envace.bench.bfcl.web.web_search_api_class`), configured by
   bfcl-eval's own ``_load_scenario``; a parsed call goes to a whitelisted public method
   (``method(**arguments)``), results stringified as bfcl-eval does, exceptions become
   ``"Error during execution: ..."``. The system prompt is bfcl-eval's (memory: with the memory content at
@@ -37,13 +37,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from envace.bench.bfcl_memory import (
+from envace.bench.bfcl.memory import (
     SnapshotStore,
     memory_backend_class,
     memory_system_prompt,
     snapshot_target,
 )
-from envace.bench.bfcl_web import WebBackend, web_search_api_class
+from envace.bench.bfcl.web import WebBackend, web_search_api_class
 from envace.core.environment import Score, Task
 from envace.core.tools import ToolCall
 
@@ -63,9 +63,9 @@ def _split_messages(turn: list[dict[str, Any]]) -> tuple[str | None, str]:
 def load_agentic_tasks(split: str, limit: int | None, scenarios: list[str] | None = None) -> list[Task]:
     """The tasks of one agentic category: memory prerequisite conversations first (``meta.prerequisite``),
     then the questions, both in bfcl-eval's order."""
-    from envace.bench.bfcl import _bfcl, to_openai_tool
+    from envace.bench.bfcl.common import bfcl_eval_package, to_openai_tool
 
-    _bfcl()
+    bfcl_eval_package()
     from bfcl_eval.utils import is_memory_prereq, load_dataset_entry, load_ground_truth_entry
 
     entries = load_dataset_entry(split, include_prereq=True, include_language_specific_hint=False)
@@ -161,11 +161,11 @@ class AgenticEpisode:
     """One isolated agentic episode (see the module docstring)."""
 
     def __init__(self, task: Task, sample: int, seed: int, resources: AgenticResources) -> None:
-        from envace.bench.bfcl import _format_result
+        from envace.bench.bfcl.common import format_result
 
         self.task, self.sample, self.seed = task, sample, seed
         self.entry = task.meta["entry"]
-        self.format_result = _format_result
+        self.format_result = format_result
         self.store = resources.store
         self.turn = 0
         self.last_text: str | None = None
