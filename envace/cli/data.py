@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envace.common.config import load_config
+from envace.common.config import DEFAULT_CONFIG, load_config
 
 DEFAULT_MAX_PROMPT_TOKENS = 3500  # authors' script
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("data", help="convert CM2 records to the training parquet")
-    p.add_argument("--config", required=True, help="experiment config (training.data: source and filters)")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="experiment config (training.data: source and filters) (default: %(default)s)")
     p.add_argument("--out", required=True, help="training parquet")
     p.add_argument("--val-out", help="validation parquet: the last training.data.val_examples usable "
                    "records, held out of the training parquet (default: no split)")

@@ -66,12 +66,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envace.common.config import DEFAULT_CONFIG
+
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help=HELP, description=HELP)
-    p.add_argument("--config", required=True, help="experiment config (YAML/JSON)")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="experiment config (YAML/JSON) (default: %(default)s)")
     p.add_argument("--model", required=True, help="model id (models.* or <run>-stepNNNN)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model-path", help="HF id or local directory")
@@ -111,7 +114,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="GPUs (tensor-parallel size) of the model's vLLM server "
         "(default: resources.serve_gpus of the model's size, as the Snakemake rule reserves)",
     )
-    p.add_argument("--max-prompt-tokens", type=int, default=12288, help="initial prompt limit (paper: 12k)")
     p.add_argument("--user-simulator-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
     p.add_argument("--judge-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -311,14 +313,15 @@ def run(args: argparse.Namespace) -> int:
     settings = VLLMSettings.from_config(cfg)
     sampling = cfg["evaluation"]["sampling"]
     tts_cfg = cfg["tts"]
-    need_ctx = args.max_prompt_tokens + max(
+    max_prompt = int(sampling["max_prompt_tokens"])
+    need_ctx = max_prompt + max(
         int(sampling["max_tokens"]),
         int(tts_cfg["attempt_max_tokens"]) if any(r.setting not in (None, "no_tts") for r in runs) else 0,
     )
     if settings.max_model_len < need_ctx:
         raise ConfigError(
             f"serving.vllm.max_model_len {settings.max_model_len} is smaller than the prompt limit "
-            f"(--max-prompt-tokens {args.max_prompt_tokens}) plus the response budget: {need_ctx}"
+            f"(evaluation.sampling.max_prompt_tokens {max_prompt}) plus the response budget: {need_ctx}"
         )
     install_signal_handlers()
     job_id = uuid.uuid4().hex[:12]
@@ -436,7 +439,7 @@ def run(args: argparse.Namespace) -> int:
         rollout = RolloutConfig(
             mode=Mode.REAL,
             max_turns=int(sampling["max_turns"]),
-            max_prompt_tokens=args.max_prompt_tokens,
+            max_prompt_tokens=int(sampling["max_prompt_tokens"]),
             max_response_tokens=int(sampling["max_tokens"]),
             act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens") if k in sampling},
         )
@@ -584,6 +587,10 @@ def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser
             rollout=config,
             attempt_max_tokens=int(tts["attempt_max_tokens"]),
             memory_max_tokens=int(tts["memory_max_tokens"]),
+            eval_max_tokens=int(tts["eval_max_tokens"]),
+            aux_max_context_tokens=int(tts["aux_max_context_tokens"]),
+            aux_sampling=dict(tts["aux_sampling"]),
+            prompt_name=str(tts["prompt"]),
         )
         fork = getattr(rehearser, "for_sample", None)
         task_rehearser = fork(task.task_id, "rehearse") if fork is not None else rehearser

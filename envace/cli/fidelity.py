@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.bench import get_adapter
-from envace.common.config import load_config
+from envace.common.config import DEFAULT_CONFIG, ConfigError, load_config
 from envace.common.results import atomic_write_json, read_results
 from envace.core.fidelity import (
     CallPair,
@@ -54,22 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--label", required=True, help="model id to record (e.g. envace_8b, qwen3_8b)")
     p.add_argument("--out", required=True, help="JSON output (written atomically)")
     p.add_argument(
-        "--config",
-        help="config: report.bootstrap settings, and the benchmark adapter for task "
-        "tools when trajectories do not record them",
+        "--config", default=DEFAULT_CONFIG,
+        help="experiment config: report.fidelity (pairs, REHEARSE sampling), report.bootstrap, "
+        "serving.vllm, and the benchmark adapter for task tools when trajectories do not record them "
+        "(default: %(default)s)",
     )
-    p.add_argument("--max-pairs", type=int, help="score only the first N pairs (smoke runs)")
-    p.add_argument("--max-tokens", type=int, default=2048, help="REHEARSE reply limit (rollout default)")
-    p.add_argument("--max-context-tokens", type=int, default=20480, help="rehearsal prompt + reply limit")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (our choice)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--no-thinking", action="store_true", help="pass enable_thinking=False to the template")
     p.add_argument("--backend", choices=["vllm", "hf"], default="vllm",
-                   help="vllm = serve the model (needs --config); hf = in-process transformers (tests)")
-    p.add_argument("--resamples", type=int, default=10_000,
-                   help="bootstrap resamples of the intervals (ignored with --config: report.bootstrap)")
-    p.add_argument("--bootstrap-seed", type=int, default=12345,
-                   help="bootstrap seed (ignored with --config: report.bootstrap)")
+                   help="vllm = serve the model (serving.vllm); hf = in-process transformers (tests); "
+                   "default: %(default)s")
     p.set_defaults(func=run, command_name="fidelity")
 
     p = subparsers.add_parser("fidelity-report", help="table and figure from `envace fidelity` outputs")
@@ -91,7 +83,7 @@ def _adapter_tools(cfg: dict[str, Any], benchmark: str, work_dir: Path) -> dict[
 
 
 def _collect(
-    paths: list[str], max_pairs: int | None, cfg: dict[str, Any] | None, work_dir: Path
+    paths: list[str], max_pairs: int | None, cfg: dict[str, Any], work_dir: Path
 ) -> tuple[list[CallPair], list[list[dict]], dict[str, Any]]:
     pairs: list[CallPair] = []
     tools: list[list[dict]] = []
@@ -128,7 +120,7 @@ def _collect(
                 continue
             traj = line.get("trajectory")
             tools_for_line = None
-            if cfg is not None and not (isinstance(traj, dict) and "tools" in traj):
+            if not (isinstance(traj, dict) and "tools" in traj):
                 if task_tools is None:
                     task_tools = _adapter_tools(cfg, bench, work_dir)
                 tools_for_line = task_tools.get(str(line["task_id"]))
@@ -189,14 +181,15 @@ def _predict_served(
 
 
 def run(args: argparse.Namespace) -> int:
-    bootstrap = {"resamples": args.resamples, "seed": args.bootstrap_seed, "confidence": 0.95}
-    cfg = None
-    if args.config:
-        cfg = load_config(args.config)
-        bootstrap = dict(cfg["report"]["bootstrap"])
+    cfg = load_config(args.config)
+    bootstrap = dict(cfg["report"]["bootstrap"])
+    fid = cfg["report"].get("fidelity")
+    if not fid:
+        raise ConfigError(f"{args.config}: report.fidelity is not set (the rehearsal-fidelity settings)")
+    rehearse = fid["rehearse"]
     out = Path(args.out)
-    pairs, tools, info = _collect(args.results, args.max_pairs, cfg, out.parent / f".{out.stem}.work")
-    info["scale"] = cfg["scale"] if cfg else None
+    pairs, tools, info = _collect(args.results, fid.get("max_pairs"), cfg, out.parent / f".{out.stem}.work")
+    info["scale"] = cfg["scale"]
     if not pairs:  # e.g. a model that never made a valid call: reported as a row with no pairs
         _write_doc(
             out,
@@ -220,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
     from envace.serve.vllm_server import check_model_path
 
     check_model_path(args.model_path)
-    sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
-    template_kwargs = {"enable_thinking": False} if args.no_thinking else {}
+    sampling = {"temperature": float(rehearse["temperature"]), "max_tokens": int(rehearse["max_tokens"])}
+    # the chat template's default renders thinking on: only an explicit false is passed
+    template_kwargs = {} if rehearse["enable_thinking"] else {"enable_thinking": False}
 
     def predict(backend: Any, tokenizer: Any) -> Any:
         return predict_observations(
@@ -230,25 +224,24 @@ def run(args: argparse.Namespace) -> int:
             backend,
             tokenizer,
             sampling=sampling,
+            prompt_name=str(rehearse["prompt"]),
             template_kwargs=template_kwargs,
-            max_context_tokens=args.max_context_tokens,
+            max_context_tokens=int(rehearse["max_context_tokens"]),
         )
 
     serving = None
     if args.backend == "hf":
-        backend, tokenizer = _backend(args.model_path, args.seed)
+        backend, tokenizer = _backend(args.model_path, int(rehearse["seed"]))
         predictions = asyncio.run(predict(backend, tokenizer))
     else:
-        if cfg is None:
-            raise ValueError("envace fidelity --backend vllm needs --config (its serving.vllm server flags)")
         log = out.parent / "serve_logs" / f"{out.stem}.server.log"
-        predictions, serving = _predict_served(cfg, args.model_path, args.seed, log, predict)
+        predictions, serving = _predict_served(cfg, args.model_path, int(rehearse["seed"]), log, predict)
     scores = [score_pair(p, pred) for p, pred in zip(pairs, predictions, strict=True)]
     doc = {
         "model": args.label,
         "model_path": args.model_path,
         **info,
-        "prompt": "rehearsal_v1",
+        "prompt": rehearse["prompt"],
         "sampling": sampling,
         "template_kwargs": template_kwargs,
         "serving": serving,

@@ -12,11 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from envace.common.config import DEFAULT_CONFIG
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ledger-records", help="write the ledger benchmark's reference records")
-    p.add_argument("--config", required=True,
-                   help="experiment config (benchmarks.ledger: seed, n_train, n_test)")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="experiment config (benchmarks.ledger: seed, n_train, n_test) (default: %(default)s)")
     p.add_argument("--split", choices=["train", "test"], default="train", help="which split (default train)")
     p.add_argument("--out", required=True, help="JSONL output (written atomically)")
     p.set_defaults(func=run, command_name="ledger-records")

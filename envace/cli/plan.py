@@ -21,14 +21,15 @@ import argparse
 import re
 from typing import Any
 
-from envace.common.config import load_config
+from envace.common.config import DEFAULT_CONFIG, load_config
 
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?|\d+p\d+)\s*[bB]\b")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("plan", help="tokens per step and GPU-hours of each training run")
-    p.add_argument("--config", required=True, help="experiment config (models and training.runs)")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="experiment config (models and training.runs) (default: %(default)s)")
     p.add_argument("--run", action="append", help="only these runs (repeatable; default: all)")
     p.add_argument("--peak-tflops", type=float, default=148.0, help="peak TFLOP/s per GPU (H20 BF16)")
     p.add_argument("--mfu", type=float, default=0.3, help="model FLOPs utilisation assumed")

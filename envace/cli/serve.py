@@ -19,12 +19,15 @@ import argparse
 import sys
 import time
 
+from envace.common.config import DEFAULT_CONFIG
+
 HELP = "start `vllm serve` for a model with the config's server flags and wait for health"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help=HELP, description=HELP)
-    p.add_argument("--config", required=True, help="config whose serving.vllm block gives the server flags")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="config whose serving.vllm block gives the server flags (default: %(default)s)")
     p.add_argument("--model-path", required=True, help="local model directory or HF id")
     p.add_argument("--port", type=int, default=0, help="0 = pick a free port")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")

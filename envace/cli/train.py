@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 
-from envace.common.config import load_config
+from envace.common.config import DEFAULT_CONFIG, load_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("train", help="train one run of training.runs (verl main_ppo; CPU platform at "
                                             "smoke scale)")
-    p.add_argument("--config", required=True, help="resolved config (YAML/JSON)")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="resolved config (YAML/JSON) (default: %(default)s)")
     p.add_argument("--run", required=True, help="run id in training.runs")
     p.add_argument("--checkpoint-dir", required=True, help="checkpoints (outside Snakemake's outputs)")
     p.add_argument("--done", required=True, help="done-file written atomically at the end")

@@ -1,9 +1,9 @@
 """Loading, validation and hashing of the envace experiment configuration.
 
 One YAML file describes the whole experiment matrix (``config/config.yaml`` for the paper,
-``config/smoke.yaml`` for CPU scale). It is validated against ``workflow/schemas/config.schema.yaml``
-(shipped inside the package as ``envace/schemas/config.schema.yaml``); a malformed file fails here,
-at parse time, with the path of the offending key.
+``config/smoke.yaml`` for CPU scale). It is validated against ``envace/schemas/config.schema.yaml``
+(package data; ``workflow/schemas/config.schema.yaml`` is a link to it, where Snakemake's template
+looks); a malformed file fails here, at parse time, with the path of the offending key.
 
 Derived values that are not written in the file (the list of test-time-scaling setting ids) are
 added by :func:`load_config` so every consumer — the Snakemake workflow and the CLI — sees the same
@@ -22,6 +22,10 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+#: the experiment config a command reads when given no ``--config`` (the paper's; relative to the
+#: working directory, the repository root).
+DEFAULT_CONFIG = "config/config.yaml"
 
 
 class ConfigError(ValueError):
@@ -211,6 +215,29 @@ def _serving_key(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"serving": serving["vllm"]} if serving and "vllm" in serving else {}
 
 
+#: ``training.runs.<run>.episode`` keys a run may leave out: the authors' rules where they have one
+#: (issue 12), else ours. A run's spec hash (:func:`training_key`) holds its episode rules with these
+#: filled in, so a change here re-runs the runs that rely on it.
+EPISODE_DEFAULTS: dict[str, Any] = {
+    "terminate_on_rehearsal_error": True,
+    "replay_user_turns": True,
+    "context_budget": "per_generation",
+    "singleton_advantage": "reward",
+    "rehearsal_prompt": "rehearsal_v2",
+    "turn_cap": "user_turn_end",
+    "max_env_steps": 200,
+    "advantage_sign": 1,  # ours: -1 only as the learning test's negative control
+    "rehearse_max_tokens": 2048,  # ours
+    "terminate_on_rehearsal_malformed": True,  # ours
+}
+
+
+def episode_rules(run_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The episode rules of a ``training.runs`` entry: its ``episode`` block over
+    :data:`EPISODE_DEFAULTS`."""
+    return {**EPISODE_DEFAULTS, **(run_spec.get("episode", {}) or {})}
+
+
 #: The ``training`` keys besides ``runs`` that change every trained model (data, judge, reward and its
 #: rules): part of each run's spec hash (:func:`training_key`).
 TRAINING_SHARED_KEYS = ("data", "judge", "reward", "reward_rules")
@@ -222,7 +249,8 @@ def training_key(cfg: Mapping[str, Any], run: str) -> dict[str, Any] | None:
     spec = cfg["training"]["runs"].get(run)
     if spec is None:
         return None
-    return {"run": spec, **{k: cfg["training"].get(k) for k in TRAINING_SHARED_KEYS}}
+    shared = {k: cfg["training"].get(k) for k in TRAINING_SHARED_KEYS}
+    return {"run": {**spec, "episode": episode_rules(spec)}, **shared}
 
 
 def _model_key(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:

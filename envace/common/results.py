@@ -89,6 +89,31 @@ def tts_path(results_dir: str | Path, setting: str, benchmark: str, seed: int) -
     return Path(results_dir) / "tts" / setting / benchmark / f"seed{seed}.jsonl"
 
 
+#: Figures 3-6: figure id -> file stem under ``paths.figures`` (PDF, with a PNG beside it).
+FIGURE_FILES: dict[str, str] = {
+    "fig3": "fig3_ablation",
+    "fig4": "fig4_scaling",
+    "fig5": "fig5_training_dynamics",
+    "fig6": "fig6_tts_vs_n",
+}
+
+
+def tables_dir(cfg: Mapping[str, Any]) -> Path:
+    """``{paths.results}/tables``: Tables 1-3 and the fidelity table."""
+    return Path(cfg["paths"]["results"]) / "tables"
+
+
+def figure_path(cfg: Mapping[str, Any], figure: str) -> Path:
+    """``{paths.figures}/{FIGURE_FILES[figure]}.pdf``."""
+    return Path(cfg["paths"]["figures"]) / f"{FIGURE_FILES[figure]}.pdf"
+
+
+def diff_paths(cfg: Mapping[str, Any]) -> tuple[Path, Path]:
+    """``{paths.results}/paper_diff.md`` and ``.json``."""
+    root = Path(cfg["paths"]["results"])
+    return root / "paper_diff.md", root / "paper_diff.json"
+
+
 def manifest_path(results_path: str | Path) -> Path:
     """The manifest beside a result file: ``seedN.jsonl`` -> ``seedN.manifest.json``."""
     path = Path(results_path)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace.common.config import config_hash, figure5_models, load_config
+from envace.common.config import DEFAULT_CONFIG, config_hash, figure5_models, load_config
 from envace.common.results import IncompleteResultsError, ResultsError, atomic_write_text, current_git_commit
 from envace.common.stats import Interval, bootstrap_linear
 from envace.report.evaluations import Evaluation, load_evaluation
@@ -198,7 +198,8 @@ class ReportContext:
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """``--config``, ``--results-dir``, ``--paper``, ``--resamples``."""
     parser.add_argument(
-        "--config", required=True, help="experiment config (config/config.yaml, config/smoke.yaml)"
+        "--config", default=DEFAULT_CONFIG,
+        help="experiment config (config/config.yaml, config/smoke.yaml; default: %(default)s)",
     )
     parser.add_argument(
         "--results-dir",

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envace.common.results import ResultsError
+from envace.common.results import ResultsError, diff_paths
 from envace.report import points
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
 from envace.report.paper import decimals, load_claims
@@ -267,8 +267,8 @@ def to_markdown(diff: dict[str, Any]) -> str:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("diff", help="cell-by-cell and claim-by-claim comparison with the paper")
     add_common_args(p)
-    p.add_argument("--out-md", required=True, help="e.g. results/paper_diff.md")
-    p.add_argument("--out-json", required=True, help="e.g. results/paper_diff.json")
+    p.add_argument("--out-md", help="default: {paths.results}/paper_diff.md")
+    p.add_argument("--out-json", help="default: {paths.results}/paper_diff.json")
     p.add_argument("--strict", action="store_true", help="exit 1 if a cell is OUTSIDE_CI or a claim REFUTED")
     p.set_defaults(func=run)
     return p
@@ -281,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"envace diff: {exc}", file=sys.stderr)
         return 2
+    default_md, default_json = diff_paths(ctx.cfg)
+    args.out_md, args.out_json = args.out_md or default_md, args.out_json or default_json
     write_output(args.out_json, json.dumps(diff, indent=2) + "\n")
     write_output(args.out_md, to_markdown(diff))
     print(

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from envace.common.results import ResultsError  # noqa: E402
+from envace.common.results import ResultsError, figure_path  # noqa: E402
 from envace.report import points, tts_context  # noqa: E402
 from envace.report.context import (  # noqa: E402
     Cell,
@@ -220,7 +220,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("figure", choices=sorted(FIGURES), help="which figure of the paper")
     add_common_args(p)
     p.add_argument(
-        "--out", required=True, help="output PDF, e.g. figures/fig3_ablation.pdf (PNG written beside)"
+        "--out", help="output PDF, PNG written beside (default: {paths.figures}/<figure file>.pdf, e.g. "
+        "figures/fig3_ablation.pdf)"
     )
     p.set_defaults(func=run)
     return p
@@ -229,7 +230,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     try:
         ctx = context_from_args(args)
-        paths = render(ctx, args.figure, args.out)
+        paths = render(ctx, args.figure, args.out or figure_path(ctx.cfg, args.figure))
     except ResultsError as exc:
         print(f"envace figures: {exc}", file=sys.stderr)
         return 2

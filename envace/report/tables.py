@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from envace.common.results import ResultsError
+from envace.common.results import ResultsError, tables_dir
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
 from envace.report.evaluations import COUNT_METRICS, describe_overall
 from envace.report.paper import decimals
@@ -310,7 +310,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("tables", help="Tables 1-3 with bootstrap CIs beside the paper's values")
     p.add_argument("table", choices=sorted(BUILDERS), help="which table of the paper")
     add_common_args(p)
-    p.add_argument("--out-dir", required=True, help="writes OUT_DIR/tableN.{csv,md,tex}")
+    p.add_argument("--out-dir", help="writes OUT_DIR/tableN.{csv,md,tex} (default: {paths.results}/tables)")
     p.set_defaults(func=run)
     return p
 
@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"envace tables: {exc}", file=sys.stderr)
         return 2
-    paths = write_table(table, ctx.header_line(), args.out_dir)
+    paths = write_table(table, ctx.header_line(), args.out_dir or tables_dir(ctx.cfg))
     cells = [c for r in table.rows for c in r.cells.values() if c is not None]
     n_missing = sum(not c.ok for c in cells)
     print(

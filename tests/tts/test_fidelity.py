@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from envace.cli.main import main
 from envace.common.results import write_results
@@ -148,7 +150,17 @@ def _write(path, lines):
                          config_hash="0123456789abcdef", git_commit="abc", package_versions={})
 
 
-def test_fidelity_command_end_to_end(tmp_path):
+def _fidelity_config(tmp_path: Path, repo_root: Path, max_tokens: int, resamples: int = 1000) -> str:
+    """The smoke config with report.fidelity.rehearse.max_tokens and report.bootstrap.resamples set."""
+    cfg = yaml.safe_load((repo_root / "config/smoke.yaml").read_text())
+    cfg["report"]["fidelity"]["rehearse"]["max_tokens"] = max_tokens
+    cfg["report"]["bootstrap"]["resamples"] = resamples
+    path = tmp_path / f"fidelity_{max_tokens}_{resamples}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_fidelity_command_end_to_end(tmp_path, repo_root):
     model_dir = build_tiny_model(tmp_path / "tiny")
     base = {"benchmark": "bfcl_multi_turn", "split": "base", "seed": 0, "score": 1.0, "subscores": {},
             "status": "ok", "reason": None}
@@ -160,7 +172,7 @@ def test_fidelity_command_end_to_end(tmp_path):
     results = _write(tmp_path / "seed0.jsonl", lines)
     out = tmp_path / "fid" / "tiny.json"
     argv = ["fidelity", "--results", str(results), "--model-path", str(model_dir), "--label", "tiny",
-            "--out", str(out), "--max-tokens", "8", "--resamples", "200", "--backend", "hf"]
+            "--out", str(out), "--config", _fidelity_config(tmp_path, repo_root, 8, 200), "--backend", "hf"]
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "bfcl_multi_turn" and doc["trajectory_models"] == ["qwen3_8b"]
@@ -216,9 +228,9 @@ def test_fidelity_command_takes_tools_from_the_adapter(tmp_path, repo_root, monk
             "trajectory": {"messages": CHAT[:5], "terminations": ["final_answer"], "act_turns": 1}}
     results = _write(tmp_path / "seed0.jsonl", [line, {**line, "sample": 1}])
     out = tmp_path / "o.json"
-    config = str(repo_root / "config/smoke.yaml")
+    config = _fidelity_config(tmp_path, repo_root, 4)
     assert main(["fidelity", "--results", str(results), "--model-path", str(model_dir), "--label", "tiny",
-                 "--out", str(out), "--max-tokens", "4", "--config", config, "--backend", "hf"]) == 0
+                 "--out", str(out), "--config", config, "--backend", "hf"]) == 0
     assert [c[0] for c in calls] == ["get_adapter", "load_tasks"]  # loaded once, for all lines
     doc = json.loads(out.read_text())
     assert doc["summary"]["overall"]["n_pairs"] == 4 and doc["summary"]["overall"]["n_tasks"] == 1

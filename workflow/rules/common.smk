@@ -16,7 +16,7 @@ from envace.common.config import (
     tts_hash,
 )
 from envace.train.data import local_source_path
-from envace.common.results import eval_path, tts_path
+from envace.common.results import FIGURE_FILES, eval_path, tts_path
 
 CFG = complete_config(config, source="snakemake config")
 
@@ -237,12 +237,7 @@ def figure_inputs(figure):
     raise ValueError(f"unknown figure {figure}")
 
 
-FIGURE_NAMES = {
-    "fig3": "fig3_ablation",
-    "fig4": "fig4_scaling",
-    "fig5": "fig5_training_dynamics",
-    "fig6": "fig6_tts_vs_n",
-}
+FIGURE_NAMES = FIGURE_FILES
 TABLES = ["table1", "table2", "table3"]
 
 
@@ -263,10 +258,6 @@ def fidelity_inputs():
         for m in FIDELITY["models"]
         for b in FIDELITY["benchmarks"]
     ]
-
-
-def fidelity_args():
-    return f"--max-pairs {FIDELITY['max_pairs']}" if FIDELITY.get("max_pairs") else ""
 
 
 def report_html_inputs():

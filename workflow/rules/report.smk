@@ -153,10 +153,9 @@ rule fidelity:
     params:
         config=RESOLVED_CONFIG,
         model=lambda wc: model_path_arg(wc.model),
-        extra=fidelity_args(),
     shell:
         "envace fidelity --config {params.config} --results {input} {params.model} "
-        "--label {wildcards.model} {params.extra} --out {output} > {log} 2>&1"
+        "--label {wildcards.model} --out {output} > {log} 2>&1"
 
 
 rule fidelity_report:

@@ -25,26 +25,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from envace.common.config import episode_rules
 from envace.train.verl_ext.per_role import split_nodes
 
-__all__ = ["CONFIG_DIR", "RUN_FILES", "EPISODE_DEFAULTS", "run_config_name", "run_overrides", "cpu_overrides",
+__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides",
            "compose"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 RUN_FILES = {p.stem for p in CONFIG_DIR.glob("*.yaml") if not p.stem.startswith("_")}
-#: ``training.runs.<run>.episode`` keys a run may leave out: the authors' rules (issue 12)
-EPISODE_DEFAULTS: dict[str, Any] = {
-    "terminate_on_rehearsal_error": True,
-    "replay_user_turns": True,
-    "context_budget": "per_generation",
-    "singleton_advantage": "reward",
-    "rehearsal_prompt": "rehearsal_v2",
-    "turn_cap": "user_turn_end",
-    "max_env_steps": 200,
-    "advantage_sign": 1,  # ours: -1 only as the learning test's negative control
-}
-
-
 def run_config_name(cfg: Mapping[str, Any], run: str) -> str:
     """The Hydra file for ``run``: its own file if there is one, else the file of its algorithm/roles."""
     if run in RUN_FILES:
@@ -80,7 +68,7 @@ def run_overrides(
         raise KeyError(f"unknown run {run!r}; training.runs has {sorted(runs)}")
     r = runs[run]
     kl = r.get("kl", {}) or {}
-    ep = {**EPISODE_DEFAULTS, **(r.get("episode", {}) or {})}
+    ep = episode_rules(r)
     o = {
         "actor_rollout_ref.model.path": r["base_model"],
         "actor_rollout_ref.actor.optim.lr": r["lr"],
@@ -112,6 +100,8 @@ def run_overrides(
         "envace.mode": "external_simulator" if r.get("algorithm") == "grpo" else "rehearsal",
         # episode / update rules (training.runs.<run>.episode; defaults = the authors' code)
         "envace.terminate_on_rehearsal_error": bool(ep["terminate_on_rehearsal_error"]),
+        "envace.terminate_on_rehearsal_malformed": bool(ep["terminate_on_rehearsal_malformed"]),
+        "envace.rehearse_max_tokens": int(ep["rehearse_max_tokens"]),
         "envace.replay_user_turns": bool(ep["replay_user_turns"]),
         "envace.context_budget": ep["context_budget"],
         "envace.rehearsal_prompt": ep["rehearsal_prompt"],
