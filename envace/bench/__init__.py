@@ -18,8 +18,8 @@ __all__ = ["REGISTRY", "get_adapter"]
 REGISTRY: dict[str, str] = {
     "bfcl_v4": "envace.bench.bfcl.adapter:BfclV4Adapter",
     "bfcl_multi_turn": "envace.bench.bfcl.adapter:BfclMultiTurnAdapter",
-    "tau2": "envace.bench.tau2:Tau2Adapter",
-    "vitabench": "envace.bench.vitabench:VitaBenchAdapter",
+    "tau2": "envace.bench.tau2.adapter:Tau2Adapter",
+    "vitabench": "envace.bench.vitabench.adapter:VitaBenchAdapter",
     "finmcp": "envace.bench.finmcp:FinMcpAdapter",
     "ledger": "envace.bench.ledger:LedgerAdapter",  # ours, not a paper benchmark (smoke scale)
 }

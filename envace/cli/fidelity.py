@@ -120,7 +120,7 @@ def _collect(
                 continue
             traj = line.get("trajectory")
             tools_for_line = None
-            if not (isinstance(traj, dict) and "tools" in traj):
+            if isinstance(traj, dict) and "tools" not in traj:
                 if task_tools is None:
                     task_tools = _adapter_tools(cfg, bench, work_dir)
                 tools_for_line = task_tools.get(str(line["task_id"]))

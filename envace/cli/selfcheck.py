@@ -8,7 +8,7 @@ ground truth for 6 tasks (``envace.bench.bfcl.single_turn.KNOWN_UNSATISFIABLE``)
 ``bfcl_agentic``: :func:`envace.bench.selfcheck.selfcheck_bfcl_agentic` (memory_kv/vector/rec_sum with
 their prerequisite conversations, web_search_base/no_snippet from a cache built from bfcl-eval's ground
 truth; prints ``category: passed/total``).
-``tau2``: ``envace.bench.tau2.selfcheck_tau2`` (owned by the tau^2 adapter; must be 278/278).
+``tau2``: ``envace.bench.tau2.gold.selfcheck_tau2`` (owned by the tau^2 adapter; must be 278/278).
 ``ledger``: :func:`envace.bench.selfcheck.selfcheck_ledger` (our smoke benchmark; must be 96/96).
 A check may return a fourth value, ``{category: (passed, total)}``, printed one line per category.
 Exit code 0 only if every task passed, except failed lines marked ``known_unsatisfiable``.
@@ -25,7 +25,7 @@ CHECKS = {
     "bfcl_multi_turn": "envace.bench.selfcheck:selfcheck_bfcl_multi_turn",
     "bfcl_ast": "envace.bench.selfcheck:selfcheck_bfcl_ast",
     "bfcl_agentic": "envace.bench.selfcheck:selfcheck_bfcl_agentic",
-    "tau2": "envace.bench.tau2:selfcheck_tau2",
+    "tau2": "envace.bench.tau2.gold:selfcheck_tau2",
     "ledger": "envace.bench.selfcheck:selfcheck_ledger",
 }
 

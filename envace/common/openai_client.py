@@ -2,8 +2,8 @@
 
 One place builds ``openai.OpenAI`` for an OpenAI-compatible endpoint (``vllm serve`` or a hosted API):
 the CM2 checklist judge (:class:`envace.train.judge.ChecklistJudge`), tau2's user simulator
-(:class:`envace.bench.tau2.OpenAIUserModel`) and VitaBench's judge
-(:class:`envace.bench.vitabench.OpenAIJudge`). ``openai`` is imported only when a client is built, so
+(:class:`envace.bench.tau2.user.OpenAIUserModel`) and VitaBench's judge
+(:class:`envace.bench.vitabench.judge.OpenAIJudge`). ``openai`` is imported only when a client is built, so
 importing this module costs nothing (it is imported by modules that verl's reward workers load).
 """
 

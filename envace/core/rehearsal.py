@@ -58,6 +58,7 @@ from envace.core.tools import (
     ToolCall,
     find_block,
     load_model_json,
+    transcript,
 )
 
 __all__ = [
@@ -272,22 +273,6 @@ def parse_rehearsal_output(
     return RehearsalOutcome(OutcomeKind.RESULT, json.dumps(value, ensure_ascii=False), result=value)
 
 
-def _serialize_history(messages: list[dict[str, Any]]) -> str:
-    """Plain-text transcript of chat messages (role headers, content, tool calls as JSON)."""
-    parts = []
-    for message in messages:
-        lines = [f"[{message.get('role', '?')}]"]
-        content = message.get("content")
-        if content:
-            lines.append(str(content))
-        for tc in message.get("tool_calls") or []:
-            fn = tc.get("function", tc)
-            lines.append(json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")},
-                                    ensure_ascii=False))
-        parts.append("\n".join(lines))
-    return "\n\n".join(parts) if parts else "(empty)"
-
-
 class RehearsalPrompt:
     """The versioned rehearsal prompt (``envace/core/prompts/<name>.yaml``) and its rendering into messages.
 
@@ -338,7 +323,7 @@ class RehearsalPrompt:
         return self.text["first_user"].format(
             tools=tools_text,
             references=refs,
-            history=_serialize_history(history),
+            history=transcript(history),
             call=self.next_user(notes, candidate),
         )
 
@@ -366,7 +351,7 @@ class RehearsalPrompt:
                 items = "\n".join(f"{c.call_json()} -> {obs}" for c, obs in entries)
                 parts.append(self.text["notes"].format(items=items) + "\n")
             else:
-                parts.append(self.text["dialogue"].format(messages=_serialize_history(entries)) + "\n")
+                parts.append(self.text["dialogue"].format(messages=transcript(entries)) + "\n")
         return self.text["next_user"].format(notes="".join(parts), call=self.call(candidate))
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -59,6 +60,7 @@ __all__ = [
     "TOOL_CALL_OPEN",
     "TOOL_CALL_CLOSE",
     "strip_think",
+    "transcript",
     "MAX_JSON_DEPTH",
     "JSONProblem",
     "load_model_json",
@@ -303,6 +305,29 @@ def parse_tool_calls(text: str, *, parameters_key: bool = True) -> ParsedOutput:
     if not calls and answer is None:
         return ParsedOutput(error=ParseError.EMPTY_OUTPUT)
     return ParsedOutput(calls=calls, final_answer=answer)
+
+
+def transcript(messages: Sequence[Mapping[str, Any]], *, separator: str = "\n\n", empty: str = "(empty)",
+               call_prefix: str = "", name_tools: bool = False) -> str:
+    """Plain-text transcript of chat messages, the one serialiser of envace: per message a ``[role]``
+    header (``[tool NAME]`` for a named tool message with ``name_tools``), its content, and each tool call
+    as JSON ``{"name", "arguments"}`` after ``call_prefix``; messages joined by ``separator``; ``empty``
+    when there are none. Its callers keep their own separators (they are parts of prompts): the
+    rehearsal prompt and the judge ``"\n\n"``, test-time scaling ``"\n"``."""
+    parts = []
+    for message in messages:
+        role = message.get("role", "?")
+        if name_tools and role == "tool" and message.get("name"):
+            role = f"tool {message['name']}"
+        lines = [f"[{role}]"]
+        if message.get("content"):
+            lines.append(str(message["content"]))
+        for tc in message.get("tool_calls") or []:
+            fn = tc.get("function", tc)
+            lines.append(call_prefix + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")},
+                                                  ensure_ascii=False))
+        parts.append("\n".join(lines))
+    return separator.join(parts) if parts else empty
 
 
 def render_tool_call(call: ToolCall) -> str:

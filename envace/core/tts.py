@@ -61,7 +61,14 @@ from typing import Any, Literal, Protocol
 from envace.core.episode import run_episode
 from envace.core.prompts import load_prompt
 from envace.core.rollout import BackendError, GenerateBackend, Mode, RolloutConfig, run_rollout
-from envace.core.tools import ChatTemplateTokenizer, find_block, load_model_json, render_chat, strip_think
+from envace.core.tools import (
+    ChatTemplateTokenizer,
+    find_block,
+    load_model_json,
+    render_chat,
+    strip_think,
+    transcript,
+)
 
 __all__ = [
     "PROMPT_FIELDS",
@@ -266,24 +273,6 @@ def cap_tokens(tokenizer: ChatTemplateTokenizer, text: str, max_tokens: int) -> 
     return "", 0, True
 
 
-def transcript(messages: list[dict[str, Any]]) -> str:
-    """Plain-text transcript of chat messages: ``[role]`` headers, content, tool calls as JSON."""
-    parts = []
-    for message in messages:
-        role = message.get("role", "?")
-        if role == "tool" and message.get("name"):
-            role = f"tool {message['name']}"
-        lines = [f"[{role}]"]
-        if message.get("content"):
-            lines.append(str(message["content"]))
-        for tc in message.get("tool_calls") or []:
-            fn = tc.get("function", tc)
-            lines.append(json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")},
-                                    ensure_ascii=False))
-        parts.append("\n".join(lines))
-    return "\n".join(parts) if parts else "(nothing)"
-
-
 def _task_messages(task: TaskLike, system_suffix: str = "") -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     system = (task.system or "") + system_suffix
@@ -352,8 +341,9 @@ class _Session:
             suffix = self.text["previous_attempts"].format(attempts=self._blocks(previous))
         messages = _task_messages(self.task, suffix)
         traj = await run_rollout(self.rehearser, self.reh_tok, messages, self.task.tools, self.attempt_cfg)
-        text, _, cut = cap_tokens(self.reh_tok, transcript(traj.messages[len(messages):]),
-                                  self.config.attempt_max_tokens)
+        attempt = transcript(traj.messages[len(messages):], separator="\n", empty="(nothing)",
+                             name_tools=True)
+        text, _, cut = cap_tokens(self.reh_tok, attempt, self.config.attempt_max_tokens)
         rehearse = [g.prompt_len + len(g.response_ids) for g in traj.generations if g.role == "rehearse"]
         record = AttemptRecord(
             index=index, termination=str(traj.termination), num_turns=traj.num_turns,

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from envace.common.openai_client import openai_client
 from envace.core.prompts import load_prompt
 from envace.core.reward import reward_rules_from_env
-from envace.core.tools import strip_think
+from envace.core.tools import strip_think, transcript
 
 __all__ = ["FailurePolicy", "FAILURE_POLICIES", "JudgeConfig", "JudgeMetrics", "VERDICT_FORMAT",
            "verdict_format", "judge_config_from_env", "parse_verdict", "ChecklistJudge"]
@@ -167,17 +167,6 @@ def _snippets(evidence: Any) -> list[Any]:
     return [e.get("snippet", "") if isinstance(e, dict) else e for e in evidence]
 
 
-def _render_message(message: dict[str, Any]) -> str:
-    lines = [f"[{message.get('role', '?')}]"]
-    if message.get("content"):
-        lines.append(str(message["content"]))
-    for tc in message.get("tool_calls") or []:
-        fn = tc.get("function", tc)
-        lines.append("tool call: " + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")},
-                                                ensure_ascii=False))
-    return "\n".join(lines)
-
-
 class ChecklistJudge:
     """Judge client over an OpenAI-compatible endpoint (see the module docstring).
 
@@ -216,14 +205,14 @@ class ChecklistJudge:
         cut = users[-1] if users else len(history)
 
         def render(messages: list[dict[str, Any]]) -> str:
-            return "\n\n".join(_render_message(m) for m in messages) or "(empty)"
+            return transcript(messages, call_prefix="tool call: ")
 
         user = self.prompt["user"].format(
             history=render(history),
             previous=render(history[:cut]),
             turn_before_step=render(history[cut:]),
             step_index=step_index,
-            step="\n\n".join(_render_message(m) for m in step),
+            step=transcript(step, call_prefix="tool call: ", empty=""),
             question=item["question"],
             focus=item.get("focus", item.get("focus_on", "")),
             focus_on=item.get("focus_on", item.get("focus", "")),

@@ -7,29 +7,34 @@ from types import SimpleNamespace
 
 import pytest
 
-from envace.bench import tau2 as T
+from envace.bench.tau2 import adapter as tau2_adapter
+from envace.bench.tau2 import data as tau2_data
+from envace.bench.tau2 import gold as tau2_gold
+from envace.bench.tau2 import user as tau2_user
 from envace.core.environment import Endpoint, EpisodeError, Services
 from envace.core.tools import ToolCall
 
 
 @pytest.fixture(scope="module")
-def adapter() -> T.Tau2Adapter:
-    return T.Tau2Adapter(user_simulator="stand-in")
+def adapter() -> tau2_adapter.Tau2Adapter:
+    return tau2_adapter.Tau2Adapter(user_simulator="stand-in")
 
 
-def _task(adapter: T.Tau2Adapter, task_id: str):
+def _task(adapter: tau2_adapter.Tau2Adapter, task_id: str):
     domain = task_id.split("/", 1)[0]
     return next(t for t in adapter.load_tasks([domain], None) if t.task_id == task_id)
 
 
-def _with_user(adapter: T.Tau2Adapter, turns: list[T.UserTurn]) -> tuple[T.Tau2Adapter, list]:
-    made: list[T.ScriptedUserModel] = []
+def _with_user(
+    adapter: tau2_adapter.Tau2Adapter, turns: list[tau2_user.UserTurn]
+) -> tuple[tau2_adapter.Tau2Adapter, list]:
+    made: list[tau2_user.ScriptedUserModel] = []
 
     def factory(_task, _services):
-        made.append(T.ScriptedUserModel(turns))
+        made.append(tau2_user.ScriptedUserModel(turns))
         return made[-1]
 
-    return T.Tau2Adapter(user_model_factory=factory), made
+    return tau2_adapter.Tau2Adapter(user_model_factory=factory), made
 
 
 def test_load_tasks_respects_limit_and_domains(adapter):
@@ -46,7 +51,7 @@ def test_load_tasks_respects_limit_and_domains(adapter):
 
 
 def test_full_base_split_sizes(adapter):
-    sizes = {d: len(adapter.load_tasks([d], None)) for d in T.DOMAINS}
+    sizes = {d: len(adapter.load_tasks([d], None)) for d in tau2_data.DOMAINS}
     assert sizes == {"airline": 50, "retail": 114, "telecom": 114}
 
 
@@ -58,7 +63,7 @@ def test_versions_record_package_data_and_simulator(adapter):
 
 
 def test_gold_replay_through_the_runner_passes_a_subset():
-    passed, total, failed = T.selfcheck_tau2(limit=2)
+    passed, total, failed = tau2_gold.selfcheck_tau2(limit=2)
     assert (passed, total, failed) == (6, 6, [])
 
 
@@ -67,28 +72,30 @@ def test_gold_agent_script_interleaves_user_actions():
     b = ToolCall("reset", {})
     u = ToolCall("toggle_airplane_mode", {})
     segments = [("user", [u]), ("assistant", [a, b]), ("user", [u]), ("assistant", [a])]
-    script = T.gold_agent_script(segments, "FINAL")
+    script = tau2_gold.gold_agent_script(segments, "FINAL")
     assert len(script) == 4 and script[1] == "Please do the following on your phone." and script[3] == "FINAL"
     assert script[0].count("<tool_call>") == 2 and '"get_details"' in script[2]
-    assert T.gold_agent_script([], "FINAL") == ["FINAL"]
+    assert tau2_gold.gold_agent_script([], "FINAL") == ["FINAL"]
 
 
 def test_a_wrong_gold_script_fails_through_the_runner(monkeypatch):
     """The self-check can fail: the agent skips the last gold call of retail/0 (an order change)."""
-    original = T.gold_agent_script
+    original = tau2_gold.gold_agent_script
 
     def broken(segments, final):
         script = original(segments, final)
         return [script[0].rsplit("\n<tool_call>", 1)[0], *script[1:]]
 
-    monkeypatch.setattr(T, "gold_agent_script", broken)
-    passed, total, failed = T.selfcheck_tau2(limit=1, domains=["retail"])
+    monkeypatch.setattr(tau2_gold, "gold_agent_script", broken)
+    passed, total, failed = tau2_gold.selfcheck_tau2(limit=1, domains=["retail"])
     assert (passed, total) == (0, 1) and failed[0]["task_id"] == "retail/0"
 
 
 def test_skipping_gold_actions_fails(adapter):
     task = _task(adapter, "airline/9")  # gold: cancel_reservation + search_direct_flight
-    a, _ = _with_user(adapter, [T.UserTurn("Please cancel my trip."), T.UserTurn("###STOP###")])
+    a, _ = _with_user(
+        adapter, [tau2_user.UserTurn("Please cancel my trip."), tau2_user.UserTurn("###STOP###")]
+    )
     episode = a.new_episode(task, 0, 0, Services())
     episode.first_user_message()
     search = {"origin": "JFK", "destination": "MCO", "date": "2024-05-22"}
@@ -100,7 +107,7 @@ def test_skipping_gold_actions_fails(adapter):
 
 def test_missing_communicated_information_fails(adapter):
     task = _task(adapter, "airline/3")  # the agent must say "4"
-    a, _ = _with_user(adapter, [T.UserTurn("How many bags?"), T.UserTurn("###STOP###")])
+    a, _ = _with_user(adapter, [tau2_user.UserTurn("How many bags?"), tau2_user.UserTurn("###STOP###")])
     _, tau2_task = a._lookup(task)
     episode = a.new_episode(task, 0, 0, Services())
     episode.first_user_message()
@@ -116,13 +123,13 @@ def test_episodes_are_isolated_and_shared_db_untouched(adapter):
 
     pristine = get_environment().get_db_hash()
     task = _task(adapter, "airline/9")
-    a, _ = _with_user(adapter, [T.UserTurn("Cancel it."), T.UserTurn("###STOP###")] * 3)
+    a, _ = _with_user(adapter, [tau2_user.UserTurn("Cancel it."), tau2_user.UserTurn("###STOP###")] * 3)
     episode = a.new_episode(task, 0, 0, Services())
     episode.first_user_message()
     out = episode.step(ToolCall("cancel_reservation", {"reservation_id": "NQNU5R"}))
     assert "cancelled" in out
     assert episode.env.get_db_hash() != pristine
-    assert T.make_environment("airline").get_db_hash() == pristine
+    assert tau2_data.make_environment("airline").get_db_hash() == pristine
     with pytest.raises(EpisodeError, match="first_user_message"):
         a.new_episode(task, 1, 0, Services()).step(ToolCall("get_reservation_details", {}))
     other = a.new_episode(task, 1, 0, Services())
@@ -134,7 +141,7 @@ def test_episodes_are_isolated_and_shared_db_untouched(adapter):
 
 def test_bad_calls_become_error_observations(adapter):
     task = _task(adapter, "retail/0")
-    a, _ = _with_user(adapter, [T.UserTurn("hi"), T.UserTurn("###STOP###")])
+    a, _ = _with_user(adapter, [tau2_user.UserTurn("hi"), tau2_user.UserTurn("###STOP###")])
     episode = a.new_episode(task, 0, 0, Services())
     episode.first_user_message()
     unknown = episode.step(ToolCall("rm_rf", {"path": "/"}))
@@ -145,7 +152,7 @@ def test_bad_calls_become_error_observations(adapter):
     wrong = episode.step(ToolCall("get_user_details", clash))
     assert wrong.startswith("Error:")
     assert episode.num_errors == 3
-    for _ in range(T.MAX_ERRORS - 3):
+    for _ in range(tau2_data.MAX_ERRORS - 3):
         episode.step(ToolCall("get_order_details", {"order_id": "#nope"}))
     assert episode.user_reply("done") is None
     score = episode.score()
@@ -154,7 +161,7 @@ def test_bad_calls_become_error_observations(adapter):
 
 def test_conversation_without_user_stop_scores_zero(adapter):
     task = _task(adapter, "retail/0")
-    a, _ = _with_user(adapter, [T.UserTurn("hi"), T.UserTurn("still there?")])
+    a, _ = _with_user(adapter, [tau2_user.UserTurn("hi"), tau2_user.UserTurn("still there?")])
     episode = a.new_episode(task, 0, 0, Services())
     episode.first_user_message()
     assert episode.user_reply("one moment") == "still there?"
@@ -164,17 +171,19 @@ def test_conversation_without_user_stop_scores_zero(adapter):
 
 def test_telecom_user_tools_run_in_the_environment(adapter):
     task = adapter.load_tasks(["telecom"], 1)[0]
-    turns = [T.UserTurn("My data is broken."),
-             T.UserTurn(None, [ToolCall("check_status_bar", {})]),
-             T.UserTurn("The bar shows airplane mode."),
-             T.UserTurn("###STOP###")]
+    turns = [
+        tau2_user.UserTurn("My data is broken."),
+        tau2_user.UserTurn(None, [ToolCall("check_status_bar", {})]),
+        tau2_user.UserTurn("The bar shows airplane mode."),
+        tau2_user.UserTurn("###STOP###"),
+    ]
     a, made = _with_user(adapter, turns)
     episode = a.new_episode(task, 0, 0, Services())
     assert episode.first_user_message() == "My data is broken."
     assert episode.user_reply("What does your status bar show?") == "The bar shows airplane mode."
     chat = made[0].seen[-1]
     assert chat[0]["role"] == "system" and "<scenario>" in chat[0]["content"]
-    assert chat[1] == {"role": "user", "content": T.GREETING}
+    assert chat[1] == {"role": "user", "content": tau2_data.GREETING}
     assert chat[-1]["role"] == "tool" and "Airplane" in chat[-1]["content"]
     assert chat[-2]["tool_calls"][0]["function"]["name"] == "check_status_bar"
     assert episode.user_reply("Turn airplane mode off.") is None
@@ -202,9 +211,13 @@ class _StandInClient:
 
 def test_openai_user_model_requests_and_parsing():
     call = SimpleNamespace(function=SimpleNamespace(name="toggle_data", arguments="{not json"))
-    client = _StandInClient([SimpleNamespace(content=None, tool_calls=[call]),
-                             SimpleNamespace(content="ok ###STOP###", tool_calls=None)])
-    model = T.OpenAIUserModel(Endpoint("http://x/v1", "user-llm"), temperature=0.3, client=client)
+    client = _StandInClient(
+        [
+            SimpleNamespace(content=None, tool_calls=[call]),
+            SimpleNamespace(content="ok ###STOP###", tool_calls=None),
+        ]
+    )
+    model = tau2_user.OpenAIUserModel(Endpoint("http://x/v1", "user-llm"), temperature=0.3, client=client)
     turn = model.complete([{"role": "system", "content": "s"}], [{"type": "function"}], seed=7)
     assert turn.tool_calls == [ToolCall("toggle_data", {"__invalid_arguments__": "{not json"})]
     req = client.requests[0]
@@ -214,16 +227,18 @@ def test_openai_user_model_requests_and_parsing():
     assert "tools" not in client.requests[1]
     assert "max_tokens" not in req  # tau2's default: the server decides
     capped = _StandInClient([SimpleNamespace(content="hi", tool_calls=None)])
-    T.OpenAIUserModel(Endpoint("http://x/v1", "u"), client=capped, max_tokens=48).complete([], None, seed=1)
+    tau2_user.OpenAIUserModel(Endpoint("http://x/v1", "u"), client=capped, max_tokens=48).complete(
+        [], None, seed=1
+    )
     assert capped.requests[0]["max_tokens"] == 48
 
 
 def test_pass_hat_k_matches_hand_computation():
     runs = {"a": [1, 0, 1, 0], "b": [1.0, 1.0, 1.0, 1.0], "c": [0, 0, 0, 0]}
-    assert T.pass_hat_k(runs, 1) == pytest.approx((0.5 + 1 + 0) / 3)
-    assert T.pass_hat_k(runs, 2) == pytest.approx((1 / 6 + 1 + 0) / 3)  # C(2,2)/C(4,2) = 1/6
-    assert T.pass_hat_k(runs, 4) == pytest.approx(1 / 3)
+    assert tau2_adapter.pass_hat_k(runs, 1) == pytest.approx((0.5 + 1 + 0) / 3)
+    assert tau2_adapter.pass_hat_k(runs, 2) == pytest.approx((1 / 6 + 1 + 0) / 3)  # C(2,2)/C(4,2) = 1/6
+    assert tau2_adapter.pass_hat_k(runs, 4) == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="runs < k"):
-        T.pass_hat_k(runs, 5)
+        tau2_adapter.pass_hat_k(runs, 5)
     with pytest.raises(ValueError):
-        T.pass_hat_k({}, 1)
+        tau2_adapter.pass_hat_k({}, 1)

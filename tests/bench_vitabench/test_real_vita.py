@@ -20,8 +20,9 @@ import pytest
 
 pytest.importorskip("vita.registry")  # the PyPI "vita" is another package: it has no vita.registry
 
-from envace.bench import vitabench as V  # noqa: E402
-from envace.bench.tau2 import ScriptedUserModel, UserTurn  # noqa: E402
+from envace.bench.tau2.user import ScriptedUserModel, UserTurn  # noqa: E402
+from envace.bench.vitabench import adapter as vitabench_adapter  # noqa: E402
+from envace.bench.vitabench import tasks as vitabench_tasks  # noqa: E402
 from envace.core.environment import Services  # noqa: E402
 from envace.core.tools import ToolCall  # noqa: E402
 
@@ -30,9 +31,11 @@ REAL = DATA / "real"
 PAID = {"paid", "processed", "in-progress", "delivered", "unconsumed", "consumed"}
 
 
-def _adapter(data_dir: Path, user_turns: list[str] | None = None, judge=None) -> V.VitaBenchAdapter:
+def _adapter(
+    data_dir: Path, user_turns: list[str] | None = None, judge=None
+) -> vitabench_adapter.VitaBenchAdapter:
     turns = [UserTurn(t) for t in (user_turns or ["I need help."])]
-    return V.VitaBenchAdapter(
+    return vitabench_adapter.VitaBenchAdapter(
         data_dir=data_dir,
         user_model_factory=lambda _t, _s: ScriptedUserModel(turns),
         judge_factory=(lambda _t, _s: judge) if judge is not None else None,
@@ -43,7 +46,7 @@ def _vita_task(data_dir: Path, split: str, task_id: str) -> Any:
     """vita's own ``Task`` object for one record of a task file."""
     from vita.data_model.tasks import Task
 
-    records = json.loads(V.task_file(data_dir, split, "english").read_text(encoding="utf-8"))
+    records = json.loads(vitabench_tasks.task_file(data_dir, split, "english").read_text(encoding="utf-8"))
     return Task.model_validate(next(r for r in records if r["id"] == task_id))
 
 
@@ -51,7 +54,9 @@ def _vita_task(data_dir: Path, split: str, task_id: str) -> Any:
 # Tasks, prompts and tools
 
 
-@pytest.mark.parametrize(("data_dir", "splits"), [(DATA, list(V.SPLITS)), (REAL, ["delivery", "instore"])])
+@pytest.mark.parametrize(
+    ("data_dir", "splits"), [(DATA, list(vitabench_tasks.SPLITS)), (REAL, ["delivery", "instore"])]
+)
 def test_every_split_loads_with_vita_prompts_and_tools(data_dir, splits):
     from vita.agent.llm_agent import LLMAgent
     from vita.environment.environment import get_cross_environment
@@ -63,15 +68,18 @@ def test_every_split_loads_with_vita_prompts_and_tools(data_dir, splits):
     assert {t.split for t in tasks} == set(splits)
     for task in tasks:
         vt = _vita_task(data_dir, task.split, task.meta["vita_task_id"])
-        domain = V.SPLITS[task.split]
+        domain = vitabench_tasks.SPLITS[task.split]
         env = (
             get_cross_environment(domain, vt.environment, "english")
             if "," in domain
             else registry.get_env_constructor(domain)(vt.environment, "english")
         )
         agent = LLMAgent(
-            tools=env.get_tools(), domain_policy=env.get_policy(), llm="unused",
-            time=env.tools.db.time, language="english",
+            tools=env.get_tools(),
+            domain_policy=env.get_policy(),
+            llm="unused",
+            time=env.tools.db.time,
+            language="english",
         )
         assert task.system == agent.system_prompt  # policy with "<time> <weekday>", as vita's agent
         assert [t["function"]["name"] for t in task.tools] == [t.name for t in env.get_tools()]
@@ -79,7 +87,9 @@ def test_every_split_loads_with_vita_prompts_and_tools(data_dir, splits):
             persona=str(vt.user_scenario.user_profile), instructions=str(vt.instructions), language="english"
         )
         assert adapter._user_system(adapter._tasks[task.task_id]) == user.system_prompt
-        assert task.meta["num_rubrics"] == len(V.collect_rubrics(vt.evaluation_criteria.model_dump()))
+        assert task.meta["num_rubrics"] == len(
+            vitabench_tasks.collect_rubrics(vt.evaluation_criteria.model_dump())
+        )
     by_split = {t.split: len(t.tools) for t in tasks}
     if "cross_domain" in by_split:  # the merged environment offers the union of the single domains' tools
         assert by_split["cross_domain"] > max(by_split[s] for s in ("delivery", "instore", "ota"))
@@ -87,18 +97,32 @@ def test_every_split_loads_with_vita_prompts_and_tools(data_dir, splits):
 
 def test_episodes_dispatch_valid_and_invalid_calls_on_every_split():
     adapter = _adapter(DATA, ["I want to order.", "Thanks ###STOP###"], judge=lambda _m: "[]")
-    tasks = {t.task_id: t for t in adapter.load_tasks(list(V.SPLITS), None)}
+    tasks = {t.task_id: t for t in adapter.load_tasks(list(vitabench_tasks.SPLITS), None)}
     plans = {
-        "delivery/fx-001": ("create_delivery_order", {
-            "user_id": "U900", "store_id": "S1", "product_ids": ["P1"], "product_cnts": [2],
-            "address": "7 Elm Street, Testville", "dispatch_time": "2025-03-04 18:40:00",
-        }),
-        "instore/fx-instore-001": ("create_instore_product_order", {
-            "user_id": "U920", "shop_id": "I1", "product_id": "IP1", "quantity": 1,
-        }),
+        "delivery/fx-001": (
+            "create_delivery_order",
+            {
+                "user_id": "U900",
+                "store_id": "S1",
+                "product_ids": ["P1"],
+                "product_cnts": [2],
+                "address": "7 Elm Street, Testville",
+                "dispatch_time": "2025-03-04 18:40:00",
+            },
+        ),
+        "instore/fx-instore-001": (
+            "create_instore_product_order",
+            {
+                "user_id": "U920",
+                "shop_id": "I1",
+                "product_id": "IP1",
+                "quantity": 1,
+            },
+        ),
         "ota/fx-ota-001": ("create_hotel_order", {"hotel_id": "H1", "room_id": "R1", "user_id": "U910"}),
         "cross_domain/fx-cross-001": (
-            "create_hotel_order", {"hotel_id": "H1", "room_id": "R1", "user_id": "U930"}
+            "create_hotel_order",
+            {"hotel_id": "H1", "room_id": "R1", "user_id": "U930"},
         ),
     }
     for task_id, (name, arguments) in plans.items():
@@ -123,10 +147,19 @@ def test_episodes_dispatch_valid_and_invalid_calls_on_every_split():
     episode = adapter.new_episode(tasks["cross_domain/fx-cross-001"], 0, 0, Services())
     episode.first_user_message()
     episode.step(ToolCall(*plans["cross_domain/fx-cross-001"]))
-    episode.step(ToolCall("create_delivery_order", {
-        "user_id": "U930", "store_id": "S1", "product_ids": ["P1"], "product_cnts": [1],
-        "address": "7 Elm Street, Testville", "dispatch_time": "2025-04-10 18:00:00",
-    }))
+    episode.step(
+        ToolCall(
+            "create_delivery_order",
+            {
+                "user_id": "U930",
+                "store_id": "S1",
+                "product_ids": ["P1"],
+                "product_cnts": [1],
+                "address": "7 Elm Street, Testville",
+                "dispatch_time": "2025-04-10 18:00:00",
+            },
+        )
+    )
     kinds = episode.tools.run(lambda env: sorted(o.order_type for o in env.tools.db.orders.values()))
     assert kinds == ["delivery", "hotel"] and episode.num_errors == 0
 
@@ -138,8 +171,12 @@ def test_interleaved_episodes_do_not_share_vita_state():
     for episode in (first, second):
         episode.first_user_message()
     args = {
-        "user_id": "U900", "store_id": "S1", "product_ids": ["P1"], "product_cnts": [1],
-        "address": "7 Elm Street, Testville", "dispatch_time": "2025-03-04 18:40:00",
+        "user_id": "U900",
+        "store_id": "S1",
+        "product_ids": ["P1"],
+        "product_cnts": [1],
+        "address": "7 Elm Street, Testville",
+        "dispatch_time": "2025-03-04 18:40:00",
     }
     assert "order_id:" in first.step(ToolCall("create_delivery_order", args))
     # a third task's environment (other stores) built in between must not leak into either episode
@@ -173,7 +210,9 @@ def test_an_episode_never_sees_products_of_another_task():
 # Gold replay of real records
 
 
-def _replay_gold_orders(adapter: V.VitaBenchAdapter, task, raw: dict[str, Any]) -> tuple[int, int, int]:
+def _replay_gold_orders(
+    adapter: vitabench_adapter.VitaBenchAdapter, task, raw: dict[str, Any]
+) -> tuple[int, int, int]:
     """Create (and pay) every new delivery / single-product in-store order the task's expected states
     require; returns ``(matched, mismatched, not replayed)``: matched = the created order has the gold
     store, products, quantities and total price."""
@@ -194,18 +233,22 @@ def _replay_gold_orders(adapter: V.VitaBenchAdapter, task, raw: dict[str, Any]) 
             if gold.get("order_type") == "delivery" and gold.get("location"):
                 name, pay = "create_delivery_order", "pay_delivery_order"
                 arguments = {
-                    "user_id": gold["user_id"], "store_id": gold["store_id"],
+                    "user_id": gold["user_id"],
+                    "store_id": gold["store_id"],
                     "product_ids": [p["product_id"] for p in products],
                     "product_cnts": [int(p["quantity"]) for p in products],
                     "address": gold["location"]["address"],
                     "dispatch_time": gold.get("dispatch_time") or vt.time,
-                    "attributes": [p.get("attributes", "") for p in products], "note": gold.get("note", ""),
+                    "attributes": [p.get("attributes", "") for p in products],
+                    "note": gold.get("note", ""),
                 }
             elif gold.get("order_type") == "instore" and len(products) == 1:
                 name, pay = "create_instore_product_order", "pay_instore_order"
                 arguments = {
-                    "user_id": gold["user_id"], "shop_id": gold["store_id"],
-                    "product_id": products[0]["product_id"], "quantity": int(products[0]["quantity"]),
+                    "user_id": gold["user_id"],
+                    "shop_id": gold["store_id"],
+                    "product_id": products[0]["product_id"],
+                    "quantity": int(products[0]["quantity"]),
                 }
             else:
                 skipped += 1
@@ -234,7 +277,9 @@ def test_gold_orders_of_real_records_replay_exactly():
     adapter = _adapter(REAL)
     totals = {}
     for split in ("delivery", "instore"):
-        records = {r["id"]: r for r in json.loads(V.task_file(REAL, split, "english").read_text())}
+        records = {
+            r["id"]: r for r in json.loads(vitabench_tasks.task_file(REAL, split, "english").read_text())
+        }
         for task in adapter.load_tasks([split], None):
             totals[task.task_id] = _replay_gold_orders(adapter, task, records[task.meta["vita_task_id"]])
     # 10711001: one new delivery order; G0721005: one new order, and one that already exists (not
@@ -250,21 +295,29 @@ def test_gold_orders_of_real_records_replay_exactly():
 @pytest.mark.skipif(not os.environ.get("VITABENCH_DATA_DIR"), reason="VITABENCH_DATA_DIR not set")
 def test_release_task_files_load_and_replay():
     data_dir = Path(os.environ["VITABENCH_DATA_DIR"])
-    splits = [s for s in V.SPLITS if V.task_file(data_dir, s, "english").is_file()]
+    splits = [
+        s for s in vitabench_tasks.SPLITS if vitabench_tasks.task_file(data_dir, s, "english").is_file()
+    ]
     assert splits, f"no tasks_en.json under {data_dir}"
     adapter = _adapter(data_dir)
     matched = mismatched = 0
     for split in splits:
-        records = {r["id"]: r for r in json.loads(V.task_file(data_dir, split, "english").read_text())}
+        records = {
+            r["id"]: r for r in json.loads(vitabench_tasks.task_file(data_dir, split, "english").read_text())
+        }
         tasks = adapter.load_tasks([split], None)
         assert len(tasks) == len(records) and all(t.tools for t in tasks)
         for task in tasks:
             m, mm, _ = _replay_gold_orders(adapter, task, records[task.meta["vita_task_id"]])
             matched, mismatched = matched + m, mismatched + mm
     print(f"VitaBench gold-order replay over {splits}: {matched} matched, {mismatched} not")
-    chinese = [s for s in V.SPLITS if V.task_file(data_dir, s, "chinese").is_file()]
+    chinese = [
+        s for s in vitabench_tasks.SPLITS if vitabench_tasks.task_file(data_dir, s, "chinese").is_file()
+    ]
     if chinese:
-        tasks = V.VitaBenchAdapter(data_dir=data_dir, language="chinese").load_tasks(chinese, None)
+        tasks = vitabench_adapter.VitaBenchAdapter(data_dir=data_dir, language="chinese").load_tasks(
+            chinese, None
+        )
         assert {t.split for t in tasks} == set(chinese) and all("星期" in t.system for t in tasks)
     # a few gold records are themselves inconsistent (a price differing from the store's, a stray space
     # in a time): most, not all, replay exactly
@@ -283,9 +336,11 @@ def _to_vita_messages(records: list[dict[str, Any]]) -> list[Any]:
     for i, r in enumerate(records):
         if r["role"] == "tool":
             name = records[i - 1]["tool_calls"][0]["name"]
-            out.append(ToolMessage(
-                id=f"c{i - 1}", name=name, role="tool", content=r["content"], requestor="assistant"
-            ))
+            out.append(
+                ToolMessage(
+                    id=f"c{i - 1}", name=name, role="tool", content=r["content"], requestor="assistant"
+                )
+            )
         elif r["role"] == "user":
             out.append(UserMessage(role="user", content=r["content"]))
         elif r.get("tool_calls"):
@@ -312,12 +367,20 @@ def test_rubric_judge_matches_vita_trajectory_evaluator(monkeypatch):
     answers = [
         # window 1: two rubrics met; window 2: a JSON list vita's json_repair must mend (trailing comma),
         # no meetExpectation for rubric_0 (state kept); window 3: rubric_1 overturned, rubric_2 met
-        json.dumps([{"rubric_idx": "rubric_0", "justification": "[3] ordered", "meetExpectation": True},
-                    {"rubric_idx": "rubric_1", "justification": "[5] address", "meetExpectation": True}]),
+        json.dumps(
+            [
+                {"rubric_idx": "rubric_0", "justification": "[3] ordered", "meetExpectation": True},
+                {"rubric_idx": "rubric_1", "justification": "[5] address", "meetExpectation": True},
+            ]
+        ),
         '[{"rubric_idx": "rubric_0", "justification": "still"},]',
         "```json\n"
-        + json.dumps([{"rubric_idx": "rubric_1", "justification": "[20] changed", "meetExpectation": False},
-                      {"rubric_idx": "rubric_2", "meetExpectation": True}])
+        + json.dumps(
+            [
+                {"rubric_idx": "rubric_1", "justification": "[20] changed", "meetExpectation": False},
+                {"rubric_idx": "rubric_2", "meetExpectation": True},
+            ]
+        )
         + "\n```",
     ]
 
@@ -325,8 +388,9 @@ def test_rubric_judge_matches_vita_trajectory_evaluator(monkeypatch):
         replies = iter(answers)
 
         def complete(messages):
-            log.append([m if isinstance(m, dict) else {"role": m.role, "content": m.content}
-                        for m in messages])
+            log.append(
+                [m if isinstance(m, dict) else {"role": m.role, "content": m.content} for m in messages]
+            )
             return next(replies)
 
         return complete
@@ -348,13 +412,18 @@ def test_rubric_judge_matches_vita_trajectory_evaluator(monkeypatch):
     vita_log: list[list[dict[str, Any]]] = []
     complete = scripted(vita_log)
     monkeypatch.setattr(
-        traj, "generate",
+        traj,
+        "generate",
         lambda model, messages, **_: SimpleNamespace(content=complete(messages), usage=None),
     )
     vita_task = _vita_task(DATA, "delivery", "fx-001")
     reward = traj.TrajectoryEvaluator.calculate_reward(
-        task=vita_task, full_trajectory=_to_vita_messages(episode.records), final_state={},
-        llm_evaluator="scripted", llm_args_evaluator={}, language="english",
+        task=vita_task,
+        full_trajectory=_to_vita_messages(episode.records),
+        final_state={},
+        llm_evaluator="scripted",
+        llm_args_evaluator={},
+        language="english",
     )
     for mine, theirs in zip(ours_log, vita_log, strict=True):
         assert mine[0]["content"] == theirs[0]["content"]  # vita's own judge prompt, task time, window i/n
@@ -395,7 +464,7 @@ def test_gold_orders_through_the_evaluation_runner():
     scripts = {}
     for task in tasks:
         vt = adapter._tasks[task.task_id]
-        raw = json.loads(V.task_file(REAL, task.split, "english").read_text())
+        raw = json.loads(vitabench_tasks.task_file(REAL, task.split, "english").read_text())
         gold = next(r for r in raw if r["id"] == vt.task_id)["evaluation_criteria"]["expected_states"]
         calls, seen = [], set(vt.environment.get("orders") or {})
         for order in (o for state in gold for o in state.get("required_orders") or []):
@@ -404,17 +473,31 @@ def test_gold_orders_through_the_evaluation_runner():
             seen.add(order["order_id"])
             products = order["products"]
             if order["order_type"] == "delivery":
-                calls.append(ToolCall("create_delivery_order", {
-                    "user_id": order["user_id"], "store_id": order["store_id"],
-                    "product_ids": [p["product_id"] for p in products],
-                    "product_cnts": [int(p["quantity"]) for p in products],
-                    "address": order["location"]["address"], "dispatch_time": vt.time,
-                }))
+                calls.append(
+                    ToolCall(
+                        "create_delivery_order",
+                        {
+                            "user_id": order["user_id"],
+                            "store_id": order["store_id"],
+                            "product_ids": [p["product_id"] for p in products],
+                            "product_cnts": [int(p["quantity"]) for p in products],
+                            "address": order["location"]["address"],
+                            "dispatch_time": vt.time,
+                        },
+                    )
+                )
             else:
-                calls.append(ToolCall("create_instore_product_order", {
-                    "user_id": order["user_id"], "shop_id": order["store_id"],
-                    "product_id": products[0]["product_id"], "quantity": int(products[0]["quantity"]),
-                }))
+                calls.append(
+                    ToolCall(
+                        "create_instore_product_order",
+                        {
+                            "user_id": order["user_id"],
+                            "shop_id": order["store_id"],
+                            "product_id": products[0]["product_id"],
+                            "quantity": int(products[0]["quantity"]),
+                        },
+                    )
+                )
         assert calls, task.task_id
         scripts[task.task_id] = script_for_calls([calls], final_text="Your order is placed. ###STOP###")
     passed, total, failed = replay_gold(adapter, tasks, scripts, "vitabench")

@@ -13,8 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from envace.bench import vitabench as V
-from envace.bench.tau2 import ScriptedUserModel, UserTurn
+from envace.bench.tau2.user import ScriptedUserModel, UserTurn
+from envace.bench.vitabench import adapter as vitabench_adapter
+from envace.bench.vitabench import judge as vitabench_judge
+from envace.bench.vitabench import tasks as vitabench_tasks
 from envace.core.environment import Endpoint, EpisodeError, Services
 from envace.core.tools import ToolCall
 
@@ -22,7 +24,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "vitabench"
 
 
 def test_fixture_tasks_parse():
-    tasks = V.load_task_file(DATA / "delivery" / "tasks_en.json", "delivery")
+    tasks = vitabench_tasks.load_task_file(DATA / "delivery" / "tasks_en.json", "delivery")
     assert [t.task_id for t in tasks] == ["fx-001", "fx-002"]
     first = tasks[0]
     # state rubrics first, then overall ones, each text once
@@ -33,16 +35,18 @@ def test_fixture_tasks_parse():
     )
     assert first.time == "2025-03-04 18:30:00" and first.user_profile["user id"] == "U900"
     assert tasks[1].rubrics == ()
-    assert V.task_file(DATA, "delivery", "english") == DATA / "delivery" / "tasks_en.json"
-    assert V.task_file(DATA, "ota", "chinese").name == "tasks.json"
+    assert vitabench_tasks.task_file(DATA, "delivery", "english") == DATA / "delivery" / "tasks_en.json"
+    assert vitabench_tasks.task_file(DATA, "ota", "chinese").name == "tasks.json"
 
 
 def test_every_split_fixture_and_the_real_records_parse():
-    for split in V.SPLITS:  # hand-made, valid for vita's databases too (test_real_vita.py)
-        tasks = V.load_task_file(V.task_file(DATA, split, "english"), split)
+    for split in vitabench_tasks.SPLITS:  # hand-made, valid for vita's databases too (test_real_vita.py)
+        tasks = vitabench_tasks.load_task_file(vitabench_tasks.task_file(DATA, split, "english"), split)
         assert tasks and all(t.split == split for t in tasks) and tasks[0].rubrics
     real = {
-        split: V.load_task_file(V.task_file(DATA / "real", split, "english"), split)
+        split: vitabench_tasks.load_task_file(
+            vitabench_tasks.task_file(DATA / "real", split, "english"), split
+        )
         for split in ("delivery", "instore")
     }
     assert [t.task_id for t in real["delivery"]] == ["10711001", "G0721005"]
@@ -67,32 +71,32 @@ def test_malformed_tasks_are_clear_errors(tmp_path, mutate, message):
     path = tmp_path / "tasks_en.json"
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=message):
-        V.load_task_file(path, "delivery")
+        vitabench_tasks.load_task_file(path, "delivery")
 
 
 def test_file_level_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="task file not found"):
-        V.load_task_file(tmp_path / "none.json", "delivery")
+        vitabench_tasks.load_task_file(tmp_path / "none.json", "delivery")
     (tmp_path / "dup.json").write_text(
         json.dumps(json.loads((DATA / "delivery" / "tasks_en.json").read_text())[:1] * 2)
     )
     with pytest.raises(ValueError, match="duplicate"):
-        V.load_task_file(tmp_path / "dup.json", "delivery")
+        vitabench_tasks.load_task_file(tmp_path / "dup.json", "delivery")
     with pytest.raises(ValueError, match="unknown VitaBench split"):
-        V.parse_task({}, "hotels")
+        vitabench_tasks.parse_task({}, "hotels")
 
 
 def test_sliding_windows():
-    assert V.sliding_windows(7) == [(0, 7)]
-    assert V.sliding_windows(10) == [(0, 10)]
-    assert V.sliding_windows(11) == [(0, 10), (8, 11)]
-    assert V.sliding_windows(26) == [(0, 10), (8, 18), (16, 26)]
-    assert V.sliding_windows(27) == [(0, 10), (8, 18), (16, 26), (24, 27)]
-    spans = V.sliding_windows(100, 7, 3)
+    assert vitabench_judge.sliding_windows(7) == [(0, 7)]
+    assert vitabench_judge.sliding_windows(10) == [(0, 10)]
+    assert vitabench_judge.sliding_windows(11) == [(0, 10), (8, 11)]
+    assert vitabench_judge.sliding_windows(26) == [(0, 10), (8, 18), (16, 26)]
+    assert vitabench_judge.sliding_windows(27) == [(0, 10), (8, 18), (16, 26), (24, 27)]
+    spans = vitabench_judge.sliding_windows(100, 7, 3)
     assert spans[0] == (0, 7) and spans[-1][1] == 100
     assert all(b[0] == a[0] + 4 for a, b in zip(spans, spans[1:], strict=False))
     with pytest.raises(ValueError):
-        V.sliding_windows(5, 2, 2)
+        vitabench_judge.sliding_windows(5, 2, 2)
 
 
 def test_parse_judge_output_variants():
@@ -101,23 +105,29 @@ def test_parse_judge_output_variants():
         ' {"rubric_idx": "rubric_9", "meetExpectation": true},'
         ' {"rubric_idx": 0, "meetExpectation": "false"}]\n```'
     )
-    verdicts = V.parse_judge_output(answer, 3)
-    assert verdicts == {1: V.Verdict(True, "ok"), 0: V.Verdict(False, V.NO_JUSTIFICATION)}
-    assert V.parse_judge_output('{"results": [{"rubric_idx": "rubric_2", "meetExpectation": false}]}', 3) == {
-        2: V.Verdict(False, V.NO_JUSTIFICATION)
+    verdicts = vitabench_judge.parse_judge_output(answer, 3)
+    assert verdicts == {
+        1: vitabench_judge.Verdict(True, "ok"),
+        0: vitabench_judge.Verdict(False, vitabench_judge.NO_JUSTIFICATION),
     }
-    assert V.parse_judge_output("I cannot decide.", 3) is None
-    assert V.parse_judge_output('[{"rubric_idx": "rubric_0", "meetExpectation": "maybe"}]', 3) == {}
+    assert vitabench_judge.parse_judge_output(
+        '{"results": [{"rubric_idx": "rubric_2", "meetExpectation": false}]}', 3
+    ) == {2: vitabench_judge.Verdict(False, vitabench_judge.NO_JUSTIFICATION)}
+    assert vitabench_judge.parse_judge_output("I cannot decide.", 3) is None
+    assert (
+        vitabench_judge.parse_judge_output('[{"rubric_idx": "rubric_0", "meetExpectation": "maybe"}]', 3)
+        == {}
+    )
     # no meetExpectation: an update of the justification only (vita keeps the state)
-    assert V.parse_judge_output('[{"rubric_idx": "rubric_1", "justification": "j"}]', 3) == {
-        1: V.Verdict(None, "j")
+    assert vitabench_judge.parse_judge_output('[{"rubric_idx": "rubric_1", "justification": "j"}]', 3) == {
+        1: vitabench_judge.Verdict(None, "j")
     }
 
 
 def test_broken_judge_json_is_repaired_only_with_json_repair(monkeypatch):
     broken = '[{"rubric_idx": "rubric_0", "meetExpectation": true},]'
     monkeypatch.setitem(sys.modules, "json_repair", None)  # not installed: unreadable
-    assert V.parse_judge_output(broken, 1) is None
+    assert vitabench_judge.parse_judge_output(broken, 1) is None
     calls = []
 
     def repair_json(text):  # a stand-in repair that drops trailing commas
@@ -125,29 +135,39 @@ def test_broken_judge_json_is_repaired_only_with_json_repair(monkeypatch):
         return re.sub(r",\s*([\]}])", r"\1", text)
 
     monkeypatch.setitem(sys.modules, "json_repair", SimpleNamespace(repair_json=repair_json))
-    assert V.parse_judge_output(broken, 1) == {0: V.Verdict(True, V.NO_JUSTIFICATION)}
+    assert vitabench_judge.parse_judge_output(broken, 1) == {
+        0: vitabench_judge.Verdict(True, vitabench_judge.NO_JUSTIFICATION)
+    }
     assert calls == [broken]
-    assert V.parse_judge_output('[{"rubric_idx": "rubric_0", "meetExpectation": false}]', 1) == {
-        0: V.Verdict(False, V.NO_JUSTIFICATION)
-    } and len(calls) == 1  # valid JSON never goes through the repair
+    assert (
+        vitabench_judge.parse_judge_output('[{"rubric_idx": "rubric_0", "meetExpectation": false}]', 1)
+        == {0: vitabench_judge.Verdict(False, vitabench_judge.NO_JUSTIFICATION)}
+        and len(calls) == 1
+    )  # valid JSON never goes through the repair
 
 
 def test_scoring_from_given_verdicts():
     rubrics = ["a", "b", "c", "d"]
-    states = [V.Verdict(False, "")] * 4
-    states = V.apply_verdicts(states, {0: V.Verdict(True, "x"), 1: V.Verdict(True, "y")})
-    states = V.apply_verdicts(states, None)  # unparsable window keeps the states
-    states = V.apply_verdicts(states, {1: V.Verdict(False, "later window"), 2: V.Verdict(True, "z")})
-    states = V.apply_verdicts(states, {0: V.Verdict(None, "kept")})  # no verdict: the state stays
-    assert states[0] == V.Verdict(True, "kept")
-    score = V.score_from_verdicts(rubrics, states)
+    states = [vitabench_judge.Verdict(False, "")] * 4
+    states = vitabench_judge.apply_verdicts(
+        states, {0: vitabench_judge.Verdict(True, "x"), 1: vitabench_judge.Verdict(True, "y")}
+    )
+    states = vitabench_judge.apply_verdicts(states, None)  # unparsable window keeps the states
+    states = vitabench_judge.apply_verdicts(
+        states, {1: vitabench_judge.Verdict(False, "later window"), 2: vitabench_judge.Verdict(True, "z")}
+    )
+    states = vitabench_judge.apply_verdicts(
+        states, {0: vitabench_judge.Verdict(None, "kept")}
+    )  # no verdict: the state stays
+    assert states[0] == vitabench_judge.Verdict(True, "kept")
+    score = vitabench_judge.score_from_verdicts(rubrics, states)
     assert score.score == 0.0 and score.subscores == {"rubric_fraction": 0.5}
     assert score.extra["rubric_checks"][1] == {"rubric": "b", "met": False, "justification": "later window"}
-    all_met = V.score_from_verdicts(rubrics, [V.Verdict(True, "")] * 4)
+    all_met = vitabench_judge.score_from_verdicts(rubrics, [vitabench_judge.Verdict(True, "")] * 4)
     assert all_met.score == 1.0 and all_met.subscores == {"rubric_fraction": 1.0}
-    assert V.score_from_verdicts([], []).score == 1.0
+    assert vitabench_judge.score_from_verdicts([], []).score == 1.0
     with pytest.raises(ValueError):
-        V.score_from_verdicts(rubrics, states[:2])
+        vitabench_judge.score_from_verdicts(rubrics, states[:2])
 
 
 def test_format_transcript():
@@ -158,7 +178,7 @@ def test_format_transcript():
         {"role": "user", "content": ""},
     ]
     assert (
-        V.format_transcript(records, 4)
+        vitabench_judge.format_transcript(records, 4)
         == "[5] assistant: Hello\n[6] assistant: find(q='noodles')\n[7] tool: []"
     )
 
@@ -188,7 +208,7 @@ def _adapter(user_turns, judge_answers, judge_log):
 
         return complete
 
-    return V.VitaBenchAdapter(
+    return vitabench_adapter.VitaBenchAdapter(
         data_dir=DATA,
         tool_backend_factory=lambda _t: _Tools(),
         user_model_factory=lambda _t, _s: ScriptedUserModel(user_turns),
@@ -254,7 +274,7 @@ def test_long_conversation_is_judged_in_windows_and_later_verdicts_win():
         episode.step(ToolCall("search_stores", {"keyword": "x"}))
         reply = episode.user_reply("anything else?")
     score = episode.score()
-    assert len(judge_log) == len(V.sliding_windows(len(episode.records))) == 3
+    assert len(judge_log) == len(vitabench_judge.sliding_windows(len(episode.records))) == 3
     assert score.subscores == {"rubric_fraction": pytest.approx(1 / 3)} and score.score == 0.0
     assert [c["met"] for c in score.extra["rubric_checks"]] == [True, False, False]
     assert score.extra["rubric_checks"][1]["justification"] == "changed"
@@ -277,7 +297,7 @@ def test_tool_errors_are_counted_but_do_not_zero_the_score():
     assert episode.user_reply("Sorry.") is None
     score = episode.score()
     assert score.score == 1.0 and score.extra["num_tool_errors"] == 12
-    assert len(judge_log) == len(V.sliding_windows(len(episode.records))) == 4
+    assert len(judge_log) == len(vitabench_judge.sliding_windows(len(episode.records))) == 4
 
 
 def test_agent_stop_token_ends_the_conversation_without_asking_the_user():
@@ -298,7 +318,7 @@ def test_agent_stop_token_ends_the_conversation_without_asking_the_user():
 
 
 def test_missing_services_and_package_are_clear_errors():
-    adapter = V.VitaBenchAdapter(
+    adapter = vitabench_adapter.VitaBenchAdapter(
         data_dir=DATA, tool_backend_factory=lambda _t: _Tools(), system_factory=lambda t: ("s", [], "u")
     )
     task = adapter.load_tasks(["delivery"], 1)[0]
@@ -310,15 +330,13 @@ def test_missing_services_and_package_are_clear_errors():
     try:
         import vita  # noqa: F401
     except ImportError:
-        real = V.VitaBenchAdapter(data_dir=DATA)
-        with pytest.raises(
-            EpisodeError, match=re.escape(f"vitabench@{V.VITABENCH_COMMIT}")
-        ):
+        real = vitabench_adapter.VitaBenchAdapter(data_dir=DATA)
+        with pytest.raises(EpisodeError, match=re.escape(f"vitabench@{vitabench_tasks.VITABENCH_COMMIT}")):
             real.load_tasks(["delivery"], 1)
     with pytest.raises(ValueError, match="data_dir"):
-        V.VitaBenchAdapter().load_tasks(["delivery"], 1)
+        vitabench_adapter.VitaBenchAdapter().load_tasks(["delivery"], 1)
     with pytest.raises(ValueError, match="language"):
-        V.VitaBenchAdapter(language="klingon")
+        vitabench_adapter.VitaBenchAdapter(language="klingon")
 
 
 def test_openai_judge_with_stand_in_client():
@@ -329,7 +347,7 @@ def test_openai_judge_with_stand_in_client():
         return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="[]"))])
 
     client = SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create)))
-    judge = V.OpenAIJudge(Endpoint("http://x/v1", "judge-llm"), temperature=0.0, client=client)
+    judge = vitabench_judge.OpenAIJudge(Endpoint("http://x/v1", "judge-llm"), temperature=0.0, client=client)
     assert judge([{"role": "user", "content": "q"}]) == "[]"
     assert requests[0]["model"] == "judge-llm" and requests[0]["temperature"] == 0.0
 
@@ -342,7 +360,7 @@ def test_versions_record_data_and_models():
     for split in ("delivery", "instore", "ota", "cross_domain"):  # every split present, in SPLITS order
         digest.update(split.encode() + b"\n" + (DATA / split / "tasks_en.json").read_bytes())
     assert v["vitabench_data_sha256"] == digest.hexdigest()
-    assert V.VitaBenchAdapter().versions()["vitabench_data_sha256"] == "no data_dir"
+    assert vitabench_adapter.VitaBenchAdapter().versions()["vitabench_data_sha256"] == "no data_dir"
     assert v["judge"] == "Qwen/Qwen3-30B-A3B"
     assert v["judge_window"] == "10/2" and v["language"] == "english"
 

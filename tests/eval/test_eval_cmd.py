@@ -242,7 +242,9 @@ def test_tts_episode_turns_episode_errors_into_failed_samples():
         def first_user_message(self) -> str:
             raise RuntimeError("user simulator returned nothing")
 
-    cfg = {"tts": {"attempt_max_tokens": 8, "memory_max_tokens": 8}}
+    cfg = {"tts": {"attempt_max_tokens": 8, "memory_max_tokens": 8, "eval_max_tokens": 8,
+                   "aux_max_context_tokens": 64,
+                   "aux_sampling": {"temperature": 0.6, "top_p": 0.95}, "prompt": "tts_v1"}}
     fn = _tts_episode_fn(cfg, "parallel_n1_base", rehearser=None, rehearser_tokenizer=None)
     task = SimpleNamespace(system=None, first_user="", tools=[])
     fields = asyncio.run(fn(task, BrokenOpening(), None, None, RolloutConfig()))

@@ -8,8 +8,8 @@ from envace import bench
 
 
 def test_registry_names_the_protocol_paths():
-    assert bench.REGISTRY["tau2"] == "envace.bench.tau2:Tau2Adapter"
-    assert bench.REGISTRY["vitabench"] == "envace.bench.vitabench:VitaBenchAdapter"
+    assert bench.REGISTRY["tau2"] == "envace.bench.tau2.adapter:Tau2Adapter"
+    assert bench.REGISTRY["vitabench"] == "envace.bench.vitabench.adapter:VitaBenchAdapter"
     assert {"bfcl_v4", "bfcl_multi_turn", "finmcp"} <= set(bench.REGISTRY)
 
 
