@@ -9,6 +9,8 @@
   on ``tokenizer``.
 - :func:`weather_tool`: the ``get_weather`` tool schema (``WEATHER_TOOL``: city only;
   ``WEATHER_TOOL_WITH_UNIT``: plus a ``unit`` enum, which the rehearsal validation tests exercise).
+- :class:`TtsTask`, :class:`SpyEpisode`, ``CALL``: the TTS and fidelity tests' task stand-in, an episode
+  that logs every call, and one weather tool call in the ACT format.
 
 Not to be confused with :class:`envace.bench.scripted.ScriptedBackend`, the project's own scripted
 backend over a character tokenizer (self-checks and the benchmark tests use it): that one answers
@@ -20,9 +22,13 @@ Other imports: ``from tests.fixtures import ScriptedBackend, WEATHER_TOOL``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+from envace.core.environment import Score
+from envace.core.tools import ToolCall
 
 __all__ = [
     "WEATHER_TOOL",
@@ -131,3 +137,38 @@ def scripted(tokenizer: Any):
         return ScriptedBackend(tokenizer, texts)
 
     return make
+
+
+# --- TTS and fidelity doubles: a task stand-in and a spy episode
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@dataclass
+class TtsTask:
+    """Stand-in for ``envace.core.environment.Task`` (only the fields TTS reads)."""
+
+    system: str | None
+    first_user: str
+    tools: list[dict[str, Any]] = field(default_factory=lambda: [WEATHER_TOOL])
+
+
+class SpyEpisode:
+    """A real-episode stand-in that logs every call into the shared ``log``."""
+
+    def __init__(self, log: list[tuple[str, Any]], replies: list[str | None] | None = None) -> None:
+        self.log = log
+        self.replies = list(replies or [None])
+        self.calls: list[ToolCall] = []
+
+    def step(self, call: ToolCall) -> str:
+        self.log.append(("env.step", call))
+        self.calls.append(call)
+        return '{"temperature": 18}'
+
+    def user_reply(self, assistant_text: str) -> str | None:
+        self.log.append(("env.user_reply", assistant_text))
+        return self.replies.pop(0) if self.replies else None
+
+    def score(self) -> Score:
+        self.log.append(("env.score", None))
+        return Score(score=1.0, subscores={}, extra={"calls": len(self.calls)})

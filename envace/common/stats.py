@@ -22,7 +22,7 @@ Where this deliberately differs from the plain two-way ("pigeonhole") bootstrap 
 version counts the within-task run-to-run noise up to three times (in the task means, in the run means and
 in the task x run interaction) and over-covers badly — about 99% for a nominal 95% interval on 200 tasks x
 4 Bernoulli runs (measured on 2,000 simulated data sets; this scheme: about 95%, the simulation
-of ``tests/report/test_stats.py``). ``lambda`` is a method-of-moments factor
+of ``tests/common/test_stats.py``). ``lambda`` is a method-of-moments factor
 that keeps only the genuine run-level variance: with run effects ``beta_r = a0^T X[:, r] - S`` and
 task x run residuals ``e_tr`` (``W = sum_t a0_t^2 sum_r e_tr^2``), the genuine run variance is
 ``g = max(0, sum(beta^2) - W) / (k - 1)``, the drawn part of the statistic has variance about

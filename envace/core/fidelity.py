@@ -30,7 +30,7 @@ Implemented:
 The report's fidelity table and figure are :mod:`envace.report.fidelity`.
 
 Simplifications: numbers compare by value (``1 == 1.0``; booleans are not numbers); empty objects and
-lists are leaves of their own. Verified on CPU with scripted backends and the tiny model (tests/tts).
+lists are leaves of their own. Verified on CPU with scripted backends and the tiny model (tests/core).
 """
 
 from __future__ import annotations

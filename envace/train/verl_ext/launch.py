@@ -13,10 +13,11 @@ A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b
 ``envace_per_role_sync``, two policies; see :mod:`envace.train.verl_ext.per_role_trainer`); the Ray cluster
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
 cannot be split evenly exits 2 with the reason.
-Verified on CPU: the command line, the environment and the step check (tests/verl_ext); the whole
-driver on verl's CPU platform (tests/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node through
+Verified on CPU: the command line, the environment and the step check (tests/train/verl_ext); the whole
+driver on verl's CPU platform (tests/train/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node through
 the launcher (``make smoke-slurm``: train jobs side by side on one node, each with its own Ray;
-tests/slurm: ``scancel`` and resume). More than one node: a dry run only (tests/verl_ext/test_launch.py).
+tests/slurm: ``scancel`` and resume). More than one node: a dry run only
+(tests/train/verl_ext/test_launch.py).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ ablation. Why a separate resource pool and not a second worker group colocated o
 trajectory ACT and REHEARSE generations interleave, so both policies' inference servers must be awake at
 once; colocating two hybrid (train + vLLM) engines per GPU is not a layout verl 0.9.1 sets up.
 
-Verified on CPU (tests/verl_ext/test_per_role.py): the node split, routing with stand-in clients, the
+Verified on CPU (tests/train/verl_ext/test_per_role.py): the node split, routing with stand-in clients, the
 split of a batch (``KVBatchMeta`` and ``DataProto``), the checkpoint paths and the config checks; the
-whole per-role run through verl's ``main_ppo`` in tests/verl_ext/test_per_role_main_ppo.py.
+whole per-role run through verl's ``main_ppo`` in tests/train/verl_ext/test_per_role_main_ppo.py.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ The base methods that address "the" actor (``_balance_batch``, ``_compute_old_lo
 ``actor_rollout_wg`` (and the colocated reference) at the REHEARSE worker group for the duration of the
 call (:meth:`PerRoleTrainer._policy`); verl has no worker-group parameter on them.
 
-Verified on CPU (tests/verl_ext/test_per_role_trainer.py), with stand-in worker groups and TransferQueue
+Verified on CPU (tests/train/verl_ext/test_per_role_trainer.py), with stand-in worker groups and TransferQueue
 reads: the trainer is constructed from the composed ``per_role_8b`` config (sync replay buffer); both
 pools are in verl's resource-pool spec; the step routes each role's rows to its own worker group for
 log-probs (and reference log-probs) and updates, computes advantages once on the union and hands each
@@ -72,7 +72,7 @@ hooks, and the test switch skips REHEARSE's; verl's real ``init_hybrid`` gives e
 own workers (1-3 ACT replicas, 1-4 REHEARSE workers, TP 1 and 2); the worker subclass offsets the
 adapter's replica rank; the checkpoint layout and save order; resume loads both policies from one step
 and refuses a step folder without the REHEARSE policy.
-Verified through verl's real ``main_ppo`` on CPU (tests/verl_ext/test_per_role_main_ppo.py, one replica
+Verified through verl's real ``main_ppo`` on CPU (tests/train/verl_ext/test_per_role_main_ppo.py, one replica
 per policy, tiny model, 2026-12-01): 2 steps with both roles' rows trained (4 ACT + 4 REHEARSE per step)
 and rollout-vs-actor correlation ACT 0.99990 / 0.99995, REHEARSE 0.99970 / 0.99980; both policies
 checkpointed, then resumed from step 2 through verl's resume (both loaded) for step 3 (ACT 0.99976,

@@ -40,7 +40,8 @@ registers its FSDP engine only for cuda/npu, ``workers/engine/base.py:405``); th
 
 Guard: the shims are written against verl 0.9.1 and vllm 0.30.0. Importing this module with other
 versions raises :class:`UnsupportedVersion` naming what to re-check. Verified on a 2-core x86 CPU
-(tests/verl_ext/test_main_ppo_cpu.py): main_ppo GRPO steps of the envace runs, weight sync checked by the
+(tests/train/verl_ext/test_main_ppo_cpu.py): main_ppo GRPO steps of the envace runs, weight sync checked by
+the
 rollout-vs-actor log-prob agreement.
 """
 

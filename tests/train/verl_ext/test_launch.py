@@ -14,7 +14,7 @@ from envace.common.config import load_config
 from envace.train.verl_ext import launch as L
 
 CFG = load_config("config/config.yaml")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_command_line(monkeypatch):

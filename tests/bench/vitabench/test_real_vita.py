@@ -26,7 +26,7 @@ from envace.bench.vitabench import tasks as vitabench_tasks  # noqa: E402
 from envace.core.environment import Services  # noqa: E402
 from envace.core.tools import ToolCall  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "vitabench"
+DATA = Path(__file__).resolve().parents[2] / "data" / "vitabench"
 REAL = DATA / "real"
 PAID = {"paid", "processed", "in-progress", "delivered", "unconsumed", "consumed"}
 

@@ -19,9 +19,8 @@ from envace.core.tts import (
     run_tts,
 )
 from envace.serve.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
-from tests.fixtures import ScriptedBackend
-
-from .conftest import CALL, SpyEpisode, Task
+from tests.fixtures import CALL, ScriptedBackend, SpyEpisode
+from tests.fixtures import TtsTask as Task
 
 TASK = Task(system="You are a weather assistant.", first_user="What is the weather in Paris?")
 REH_RESULT = '<execution_result>{"temperature": 99}</execution_result>'

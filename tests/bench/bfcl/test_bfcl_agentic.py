@@ -26,7 +26,7 @@ from envace.core.environment import Services
 from envace.core.episode import run_episode
 from envace.core.tools import ToolCall
 
-CACHE = Path(__file__).resolve().parents[1] / "data" / "bfcl_web_search" / "cache.jsonl"
+CACHE = Path(__file__).resolve().parents[2] / "data" / "bfcl_web_search" / "cache.jsonl"
 
 
 def _adapter(tmp_path: Path, **web) -> BfclV4Adapter:

@@ -28,7 +28,7 @@ from envace.report.aggregate_cmd import summarize
 from envace.report.context import ReportContext
 from envace.report.evaluations import describe_overall, load_evaluation
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_CONFIG = ROOT / "tests" / "data" / "example_config.yaml"
 
 

@@ -20,7 +20,7 @@ from envace.bench.vitabench import tasks as vitabench_tasks
 from envace.core.environment import Endpoint, EpisodeError, Services
 from envace.core.tools import ToolCall
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "vitabench"
+DATA = Path(__file__).resolve().parents[2] / "data" / "vitabench"
 
 
 def test_fixture_tasks_parse():

@@ -32,7 +32,7 @@ import pytest
 
 from envace.common.config import load_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 ENVACE = [str(BIN / "envace")]
 RUN = "per_role_8b"
