@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envace.cli import EXIT_UNAVAILABLE
 from envace.common.config import DEFAULT_CONFIG
 
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
@@ -384,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
                 servers[entry.path] = srv.launch()
         except (ServerError, OSError) as exc:
             print(f"envace eval: error: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_UNAVAILABLE
 
         # ---- while the servers boot: benchmarks, tasks, tokenizers
         adapters: dict[str, Any] = {}
@@ -417,7 +418,7 @@ def run(args: argparse.Namespace) -> int:
                       f"({srv.base_url})", file=sys.stderr)
         except ServerError as exc:
             print(f"envace eval: error: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_UNAVAILABLE
 
         def served_backend(path: str, seed: int) -> VLLMCompletionsBackend:
             srv = servers[path]
@@ -494,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
                     "rerun the same command to resume.",
                     file=sys.stderr,
                 )
-                return 1
+                return EXIT_UNAVAILABLE
             _add_to_manifest(path, {"serving": serving_record})
             _keep(path)
             total_new += stats.samples

@@ -7,7 +7,10 @@ import importlib
 import sys
 
 from envace import __version__
+from envace.cli import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE
 from envace.common.config import ConfigError
+from envace.core.rollout import BackendError
+from envace.serve.vllm_server import ServerError
 
 #: modules under envace that define ``add_parser(subparsers)``; each parser sets ``func``.
 COMMAND_MODULES = [
@@ -33,14 +36,15 @@ EXIT_CODES = """\
 exit codes:
   0      success
   1      failure: an error envace reports ("envace COMMAND: error: ..."; a bad config, a missing file
-         or model, an invalid value), a model server that failed to start or died (eval, serve), a
-         self-check with unexplained failures or not available, an incomplete evaluation (aggregate),
-         OUTSIDE_CI cells or REFUTED claims (diff --strict), training that wrote no new checkpoint or
-         stopped before total_steps (train), an unexpected exception (traceback)
+         or model, an invalid value), a self-check with unexplained failures, an incomplete
+         evaluation (aggregate), OUTSIDE_CI cells or REFUTED claims (diff --strict), training that
+         wrote no new checkpoint or stopped before total_steps (train), an unexpected exception
   2      usage error (argparse; also no command given); results that cannot be used: a results
          directory that does not exist, a corrupt result file, a manifest of another config (tables,
          figures, aggregate, diff); a run that cannot be launched as configured or whose training
          data is missing (train)
+  3      unavailable resource: a model server that failed to start, died or stopped answering (eval,
+         serve, fidelity; finished samples are kept), a self-check whose benchmark package is missing
   128+N  stopped by signal N (SIGTERM 143, SIGHUP 129; eval, serve and fidelity stop their servers
          first); 130 = interrupted (Ctrl-C)
   train passes on any other non-zero status of verl's main_ppo as it is.
@@ -68,12 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USAGE
     try:
         return int(args.func(args) or 0)
+    except (ServerError, BackendError) as exc:
+        print(f"envace {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"envace {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

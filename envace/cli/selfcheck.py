@@ -21,6 +21,8 @@ import importlib
 import sys
 import time
 
+from envace.cli import EXIT_UNAVAILABLE
+
 CHECKS = {
     "bfcl_multi_turn": "envace.bench.selfcheck:selfcheck_bfcl_multi_turn",
     "bfcl_ast": "envace.bench.selfcheck:selfcheck_bfcl_ast",
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         check = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
         print(f"envace selfcheck: error: {args.name} is not available: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_UNAVAILABLE
     t0 = time.perf_counter()
     passed, total, failed, *rest = check(limit=args.limit)
     elapsed = time.perf_counter() - t0

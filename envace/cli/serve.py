@@ -19,6 +19,7 @@ import argparse
 import sys
 import time
 
+from envace.cli import EXIT_UNAVAILABLE
 from envace.common.config import DEFAULT_CONFIG
 
 HELP = "start `vllm serve` for a model with the config's server flags and wait for health"
@@ -68,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(1.0)
             print(f"envace serve: error: the server exited with code {server.poll()}; log {server.log_path}",
                   file=sys.stderr)
-            return 1
+            return EXIT_UNAVAILABLE
     except ServerError as exc:
         print(f"envace serve: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         return 130

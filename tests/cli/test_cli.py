@@ -4,8 +4,10 @@
 import argparse
 import json
 import re
+from pathlib import Path
 
 from envace.cli.main import build_parser, main
+from tests.fixtures import WEATHER_TOOL
 
 
 def test_tiny_model_command_builds_a_loadable_model(tmp_path, capsys):
@@ -69,6 +71,42 @@ def test_help_documents_the_exit_codes(capsys):
     it and exits 2."""
     text = build_parser().format_help()
     codes = re.findall(r"^  (\d+(?:\+N)?) ", text.split("exit codes:", 1)[1], re.M)
-    assert codes == ["0", "1", "2", "128+N"], codes
+    assert codes == ["0", "1", "2", "3", "128+N"], codes
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "user_guide.md").read_text()
+    table = guide.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"^\| (\d+(?:\+N)?) \|", table, re.M) == codes  # the guide lists the same codes
     assert main([]) == 2  # no command: the help, exit 2
     assert "exit codes:" in capsys.readouterr().out
+
+
+def test_an_unavailable_resource_exits_3(monkeypatch, tmp_path, capsys):
+    """Exit 3, distinct from a failure (1) and a usage error (2): a self-check whose benchmark package
+    is missing, and a model server that cannot start (reported by main for any command)."""
+    import envace.cli.fidelity as fidelity_cmd
+    import envace.cli.selfcheck as selfcheck_cmd
+    from envace.common.results import write_results
+    from envace.serve.tiny_model import build_tiny_model
+    from envace.serve.vllm_server import ServerError
+
+    monkeypatch.setitem(selfcheck_cmd.CHECKS, "tau2", "envace_no_such_module:check")
+    assert main(["selfcheck", "tau2"]) == 3
+    assert "tau2 is not available" in capsys.readouterr().err
+
+    def no_server(*args, **kwargs):
+        raise ServerError("vllm server of /m exited with code 1 before it was ready")
+
+    monkeypatch.setattr(fidelity_cmd, "_predict_served", no_server)
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    chat = [{"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": '{"t": 18}'}, {"role": "assistant", "content": "18"}]
+    line = {"benchmark": "bfcl_multi_turn", "split": "base", "seed": 0, "score": 1.0, "subscores": {},
+            "status": "ok", "reason": None, "task_id": "t1", "sample": 0,
+            "trajectory": {"messages": chat, "tools": [WEATHER_TOOL]}}
+    results = write_results(tmp_path / "seed0.jsonl", [line], model="qwen3_8b", benchmark="bfcl_multi_turn",
+                            seed=0, scale="smoke", config_hash="0123456789abcdef", git_commit="abc",
+                            package_versions={})
+    model = build_tiny_model(tmp_path / "tiny")
+    assert main(["fidelity", "--config", "config/smoke.yaml", "--results", str(results), "--model-path",
+                 str(model), "--label", "tiny", "--out", str(tmp_path / "f.json")]) == 3
+    assert "exited with code 1 before it was ready" in capsys.readouterr().err
