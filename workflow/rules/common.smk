@@ -104,6 +104,24 @@ def tts_spec(setting, benchmark):
     return _write_spec(f"{RESULTS}/specs/tts/{setting}/{benchmark}.json", payload)
 
 
+def fidelity_spec(model, benchmark):
+    """What a fidelity result depends on besides its evaluation files: report.fidelity's pairs and
+    REHEARSE settings, the bootstrap and the vLLM flags."""
+    fid = {k: v for k, v in FIDELITY.items() if k not in ("models", "benchmarks")}
+    payload = {
+        "model": model,
+        "benchmark": benchmark,
+        "hash": config_hash(
+            {
+                "fidelity": fid,
+                "bootstrap": CFG["report"]["bootstrap"],
+                "serving": CFG.get("serving", {}).get("vllm"),
+            }
+        ),
+    }
+    return _write_spec(f"{RESULTS}/specs/fidelity/{model}/{benchmark}.json", payload)
+
+
 # Every `envace` command reads this resolved config (config files plus --config overrides), so the
 # CLI and the DAG always see the same matrix. Not an input of any job: changing one model must not re-run all.
 RESOLVED_CONFIG = _write_spec(f"{RESULTS}/specs/config.resolved.json", CFG)

@@ -139,7 +139,8 @@ rule report_html:
 rule fidelity:
     """Rehearsal fidelity of one model on its own real trajectories of one benchmark (our extension)."""
     input:
-        lambda wc: eval_files(wc.model, wc.benchmark, root=RESULTS),
+        results=lambda wc: eval_files(wc.model, wc.benchmark, root=RESULTS),
+        spec=lambda wc: fidelity_spec(wc.model, wc.benchmark),
     output:
         f"{RESULTS}/fidelity/{{model}}/{{benchmark}}.json",
     log:
@@ -154,7 +155,7 @@ rule fidelity:
         config=RESOLVED_CONFIG,
         model=lambda wc: model_path_arg(wc.model),
     shell:
-        "envace fidelity --config {params.config} --results {input} {params.model} "
+        "envace fidelity --config {params.config} --results {input.results} {params.model} "
         "--label {wildcards.model} --out {output} > {log} 2>&1"
 
 
