@@ -228,6 +228,7 @@ EPISODE_DEFAULTS: dict[str, Any] = {
     "max_env_steps": 200,
     "advantage_sign": 1,  # ours: -1 only as the learning test's negative control
     "rehearse_max_tokens": 2048,  # ours
+    "enable_thinking": False,  # ours: Qwen3's non-thinking template for ACT and REHEARSE
     "terminate_on_rehearsal_malformed": True,  # ours
 }
 
