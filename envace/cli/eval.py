@@ -443,6 +443,7 @@ def run(args: argparse.Namespace) -> int:
             max_prompt_tokens=int(sampling["max_prompt_tokens"]),
             max_response_tokens=int(sampling["max_tokens"]),
             act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens") if k in sampling},
+            rehearse_sampling=dict(cfg["tts"]["rehearse_sampling"]),  # TTS attempts only: evaluation is real
         )
         total_new = 0
         for r in todo:

@@ -133,6 +133,7 @@ def judge_config_from_env(env: Any) -> JudgeConfig:
         max_retries=int(env.get("ENVACE_JUDGE_MAX_RETRIES", 3)),
         timeout_s=float(env.get("ENVACE_JUDGE_TIMEOUT_S", 120)),
         max_tokens=int(env.get("ENVACE_JUDGE_MAX_TOKENS", 6000)),
+        max_concurrency=int(env.get("ENVACE_JUDGE_MAX_CONCURRENCY", 16)),
         json_schema=env.get("ENVACE_JUDGE_JSON_SCHEMA", "1") not in ("0", "false", "False"),
         reason_max_chars=int(env["ENVACE_JUDGE_REASON_MAX_CHARS"]) if env.get("ENVACE_JUDGE_REASON_MAX_CHARS")
         else None,

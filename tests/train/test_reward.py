@@ -306,3 +306,19 @@ def test_verl_workers_get_the_configured_judge(repo_root):
     j = cfg["training"]["judge"]
     assert (jc.base_url, jc.model, jc.temperature, jc.top_p) == ("http://judge:1/v1", j["model"], 0.6, 0.8)
     assert (jc.max_tokens, jc.json_schema, jc.max_retries) == (6000, True, j["max_retries"])
+
+
+def test_judge_settings_travel_from_the_config_to_the_reward_worker():
+    """training.judge -> ENVACE_JUDGE_* (the launcher) -> JudgeConfig (the reward worker), concurrency too."""
+    from envace.train.judge import judge_config_from_env
+    from envace.train.verl_ext.launch import judge_env
+
+    judge = {"model": "j", "temperature": 0.3, "top_p": 0.7, "max_tokens": 99, "max_retries": 1,
+             "timeout_s": 5, "failure_policy": "skip_item", "max_concurrency": 4, "json_schema": False,
+             "reason_max_chars": 12}
+    got = judge_config_from_env(judge_env({"training": {"judge": judge}}, "http://u/v1", "j"))
+    assert (got.temperature, got.top_p, got.max_tokens) == (0.3, 0.7, 99)
+    assert (got.max_retries, got.timeout_s) == (1, 5)
+    assert (got.failure_policy, got.max_concurrency, got.json_schema, got.reason_max_chars) == \
+        ("skip_item", 4, False, 12)
+    assert (got.base_url, got.model) == ("http://u/v1", "j")

@@ -222,7 +222,8 @@ def judge_env(cfg: Mapping[str, Any], base_url: str, model: str) -> dict[str, st
     ``training.judge``; unset keys keep the reward module's defaults."""
     judge = cfg["training"]["judge"]
     env = {"ENVACE_JUDGE_BASE_URL": base_url, "ENVACE_JUDGE_MODEL": model}
-    for key in ("temperature", "top_p", "failure_policy", "max_retries", "timeout_s", "max_tokens"):
+    for key in ("temperature", "top_p", "failure_policy", "max_retries", "timeout_s", "max_tokens",
+                "max_concurrency"):
         if key in judge:
             env[f"ENVACE_JUDGE_{key.upper()}"] = str(judge[key])
     if "json_schema" in judge:
