@@ -1,11 +1,13 @@
 """``envace tiny-model``: build the tiny Qwen3-architecture model and tokenizer for smoke scale.
 
 Writes a directory loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (see
-:mod:`envace.serve.tiny_model`), then a done-file with what was built. Nothing is downloaded. With
-``--warmstart-data`` (CM2 records; the smoke DAG passes ``training.data.source``) the model is first
-fine-tuned for ``--warmstart-steps`` SFT steps (:mod:`envace.train.warmstart`) so it emits parseable tool
-calls
-and, as a simulated user, plain-text requests; the losses go to the done-file and the log.
+:mod:`envace.serve.tiny_model`), then a done-file with what was built. Nothing is downloaded. The build's
+settings come from the config's ``tiny_model`` block (``seed``, ``warmstart_steps``, ``warmstart_lr``,
+``warmstart_batch_rows``) and its warm-start records from ``training.data.source``; a flag given on the
+command line replaces the config's value (the smoke DAG passes them all, from the config). With
+warm-start steps the model is first fine-tuned by SFT (:mod:`envace.train.warmstart`) so it emits
+parseable tool calls and, as a simulated user, plain-text requests; the losses go to the done-file and
+the log.
 
 Build cache (ours, off unless asked for): with ``--cache DIR`` (default: the environment variable
 ``ENVACE_TINY_MODEL_CACHE``) a build is stored as ``DIR/tiny-<key>`` and a later build with the same key
@@ -31,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envace.common.config import DEFAULT_CONFIG
+
 CACHE_ENV = "ENVACE_TINY_MODEL_CACHE"
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -39,16 +43,49 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tiny-model", help="build the tiny smoke-scale model (no download)")
     p.add_argument("--out", required=True, help="model directory")
     p.add_argument("--done", help="done-file (JSON) written last; default OUT/done.json")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and the warm start")
-    p.add_argument("--warmstart-data", help="CM2 records (JSON/JSONL/parquet) for the SFT warm start")
-    p.add_argument("--warmstart-steps", type=int, default=60, help="SFT steps (ours; 0 = no warm start)")
-    p.add_argument("--warmstart-lr", type=float, default=3e-2, help="SFT learning rate (ours)")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help="config whose tiny_model block and training.data.source give the settings a flag "
+                        "does not (default: %(default)s)")
+    p.add_argument("--seed", type=int, help="seed of the random weights and the warm start (tiny_model.seed)")
+    p.add_argument("--warmstart-data",
+                   help="CM2 records (JSON/JSONL/parquet) for the SFT warm start (training.data.source)")
+    p.add_argument("--warmstart-steps", type=int, help="SFT steps, 0 = none (tiny_model.warmstart_steps)")
+    p.add_argument("--warmstart-lr", type=float, help="SFT learning rate (tiny_model.warmstart_lr)")
     p.add_argument("--warmstart-batch-rows", type=int,
-                   help="rows per SFT step, drawn with the seed (default: all rows every step)")
+                   help="rows per SFT step, drawn with the seed (tiny_model.warmstart_batch_rows; unset: all "
+                        "rows every step)")
     p.add_argument("--cache", default=os.environ.get(CACHE_ENV) or None,
                    help=f"build cache folder (default ${CACHE_ENV}; unset = always build): a build with "
                         "the same key is copied from DIR/tiny-<key> instead of trained again")
     p.set_defaults(func=run)
+
+
+def resolve_settings(args: argparse.Namespace) -> None:
+    """Fill every setting no flag gave from ``--config`` (``tiny_model``, ``training.data.source``);
+    :class:`envace.common.config.ConfigError` names a setting that neither gives."""
+    from envace.common.config import ConfigError, load_config
+
+    needed = [args.seed, args.warmstart_steps] + ([args.warmstart_lr] if args.warmstart_steps else [])
+    if all(v is not None for v in needed) and (args.warmstart_data or not args.warmstart_steps):
+        return
+    cfg = load_config(args.config)
+    tiny = cfg.get("tiny_model") or {}
+
+    def pick(flag: Any, key: str) -> Any:
+        if flag is not None:
+            return flag
+        if key not in tiny:
+            flag_name = "--" + key.replace("_", "-")
+            raise ConfigError(f"{args.config}: tiny_model.{key} is not set (or pass {flag_name})")
+        return tiny[key]
+
+    args.seed = pick(args.seed, "seed")
+    args.warmstart_steps = pick(args.warmstart_steps, "warmstart_steps")
+    if args.warmstart_steps:
+        args.warmstart_lr = pick(args.warmstart_lr, "warmstart_lr")
+        if args.warmstart_batch_rows is None:
+            args.warmstart_batch_rows = tiny.get("warmstart_batch_rows")
+        args.warmstart_data = args.warmstart_data or cfg["training"]["data"]["source"]
 
 
 def build_key(args: argparse.Namespace) -> str:
@@ -124,6 +161,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from envace.common.results import atomic_write_json
 
+    resolve_settings(args)
     out = Path(args.out)
     cached = None
     if args.cache:

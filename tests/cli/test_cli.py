@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from envace.cli.main import build_parser, main
 from tests.fixtures import WEATHER_TOOL
 
@@ -14,7 +16,8 @@ def test_tiny_model_command_builds_a_loadable_model(tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "tiny"
-    assert main(["tiny-model", "--out", str(out), "--done", str(tmp_path / "done.json")]) == 0
+    assert main(["tiny-model", "--out", str(out), "--done", str(tmp_path / "done.json"), "--seed", "0",
+                 "--warmstart-steps", "0"]) == 0
     done = json.loads((tmp_path / "done.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
@@ -110,3 +113,25 @@ def test_an_unavailable_resource_exits_3(monkeypatch, tmp_path, capsys):
     assert main(["fidelity", "--config", "config/smoke.yaml", "--results", str(results), "--model-path",
                  str(model), "--label", "tiny", "--out", str(tmp_path / "f.json")]) == 3
     assert "exited with code 1 before it was ready" in capsys.readouterr().err
+
+
+def test_tiny_model_settings_come_from_the_config(tmp_path):
+    """No flag: every setting from the config's tiny_model block and training.data.source; a missing one
+    is named; a flag replaces the config's value."""
+    from envace.cli.tiny_model import resolve_settings
+    from envace.common.config import ConfigError
+
+    def args(**kw):
+        base = {"config": "config/smoke.yaml", "seed": None, "warmstart_steps": None, "warmstart_lr": None,
+                "warmstart_batch_rows": None, "warmstart_data": None}
+        return argparse.Namespace(**{**base, **kw})
+
+    a = args()
+    resolve_settings(a)
+    assert (a.seed, a.warmstart_steps, a.warmstart_lr) == (0, 120, 1.0e-2)
+    assert a.warmstart_data == "tests/data/cm2_fixture.jsonl"
+    b = args(seed=7, warmstart_steps=3)
+    resolve_settings(b)
+    assert (b.seed, b.warmstart_steps, b.warmstart_lr) == (7, 3, 1.0e-2)
+    with pytest.raises(ConfigError, match="tiny_model.seed is not set"):
+        resolve_settings(args(config="config/config.yaml"))
