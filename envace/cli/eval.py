@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.cli import EXIT_UNAVAILABLE
 from envace.common.config import DEFAULT_CONFIG
+from envace.common.exit_codes import EXIT_UNAVAILABLE
 
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
 

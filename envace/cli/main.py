@@ -7,8 +7,8 @@ import importlib
 import sys
 
 from envace import __version__
-from envace.cli import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE
 from envace.common.config import ConfigError
+from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNAVAILABLE, EXIT_USAGE
 from envace.core.rollout import BackendError
 from envace.serve.vllm_server import ServerError
 
@@ -38,13 +38,13 @@ exit codes:
   1      failure: an error envace reports ("envace COMMAND: error: ..."; a bad config, a missing file
          or model, an invalid value), a self-check with unexplained failures, an incomplete
          evaluation (aggregate), OUTSIDE_CI cells or REFUTED claims (diff --strict), training that
-         wrote no new checkpoint or stopped before total_steps (train), an unexpected exception
-  2      usage error (argparse; also no command given); results that cannot be used: a results
-         directory that does not exist, a corrupt result file, a manifest of another config (tables,
-         figures, aggregate, diff); a run that cannot be launched as configured or whose training
-         data is missing (train)
+         wrote no new checkpoint or stopped before total_steps, or a run that cannot be launched as
+         configured (train), an unexpected exception
+  2      usage error (argparse's own; also no command given)
   3      unavailable resource: a model server that failed to start, died or stopped answering (eval,
          serve, fidelity; finished samples are kept), a self-check whose benchmark package is missing
+  4      unusable input: a results directory that does not exist, a corrupt result file, a manifest
+         of another config (tables, figures, aggregate, diff); missing training data (train)
   128+N  stopped by signal N (SIGTERM 143, SIGHUP 129; eval, serve and fidelity stop their servers
          first); 130 = interrupted (Ctrl-C)
   train passes on any other non-zero status of verl's main_ppo as it is.

@@ -21,7 +21,7 @@ import importlib
 import sys
 import time
 
-from envace.cli import EXIT_UNAVAILABLE
+from envace.common.exit_codes import EXIT_UNAVAILABLE
 
 CHECKS = {
     "bfcl_multi_turn": "envace.bench.selfcheck:selfcheck_bfcl_multi_turn",

@@ -19,8 +19,8 @@ import argparse
 import sys
 import time
 
-from envace.cli import EXIT_UNAVAILABLE
 from envace.common.config import DEFAULT_CONFIG
+from envace.common.exit_codes import EXIT_UNAVAILABLE
 
 HELP = "start `vllm serve` for a model with the config's server flags and wait for health"
 

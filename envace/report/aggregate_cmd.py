@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from envace.bench.bfcl import leaderboard as bfcl
+from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import IncompleteResultsError, ResultsError
 from envace.report.context import PERCENT, add_common_args, context_from_args, write_output
 from envace.report.evaluations import describe_overall
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except ResultsError as exc:
         print(f"envace aggregate: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE
     out = write_output(args.out, json.dumps(summary, indent=2) + "\n")
     print(
         f"aggregate: wrote {out} ({args.model}/{args.benchmark}: {summary['value']:.2f}% "

@@ -12,7 +12,7 @@ and writes outputs atomically (:func:`write_output`).
 A missing or partial evaluation makes the cell MISSING; corrupt or stale results, and a results
 directory that does not exist, raise :class:`~envace.common.results.ResultsError`, which the subcommands
 report
-as an error (exit status 2).
+as an error (exit status 4, :data:`envace.common.exit_codes.EXIT_UNUSABLE`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, diff_paths
 from envace.report import points
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
@@ -280,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         diff = build_diff(ctx)
     except ResultsError as exc:
         print(f"envace diff: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE
     default_md, default_json = diff_paths(ctx.cfg)
     args.out_md, args.out_json = args.out_md or default_md, args.out_json or default_json
     write_output(args.out_json, json.dumps(diff, indent=2) + "\n")

@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, figure_path  # noqa: E402
 from envace.report import points, tts_context  # noqa: E402
 from envace.report.context import (  # noqa: E402
@@ -233,6 +234,6 @@ def run(args: argparse.Namespace) -> int:
         paths = render(ctx, args.figure, args.out or figure_path(ctx.cfg, args.figure))
     except ResultsError as exc:
         print(f"envace figures: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE
     print(f"figures: wrote {', '.join(map(str, paths))} ({args.figure}, {ctx.cfg['scale'].upper()} scale)")
     return 0

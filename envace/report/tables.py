@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, tables_dir
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
 from envace.report.evaluations import COUNT_METRICS, describe_overall
@@ -321,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         table = BUILDERS[args.table](ctx)
     except ResultsError as exc:
         print(f"envace tables: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE
     paths = write_table(table, ctx.header_line(), args.out_dir or tables_dir(ctx.cfg))
     cells = [c for r in table.rows for c in r.cells.values() if c is not None]
     n_missing = sum(not c.ok for c in cells)

@@ -192,7 +192,7 @@ def test_6_report_commands_report_invalid_utf8_as_an_error(
                       "--out", str(tmp_path / "a.json")],
         "diff": ["diff", *base, "--out-md", str(tmp_path / "d.md"), "--out-json", str(tmp_path / "d.json")],
     }[command]
-    assert run(argv) == 2
+    assert run(argv) == 4
     assert f"{path}: line 2: not valid UTF-8" in capsys.readouterr().err
 
 
@@ -205,7 +205,7 @@ def test_7_a_results_dir_that_does_not_exist_is_an_error(
     base = ["--config", str(EXAMPLE_CONFIG), "--results-dir", str(missing)]
     argv = (["tables", "table1", *base, "--out-dir", str(tmp_path / "t")] if command == "tables" else
             ["diff", *base, "--out-md", str(tmp_path / "d.md"), "--out-json", str(tmp_path / "d.json")])
-    assert run(argv) == 2
+    assert run(argv) == 4
     assert f"results directory {missing} (--results-dir) does not exist" in capsys.readouterr().err
     assert not any(tmp_path.glob("t/*")) and not (tmp_path / "d.md").exists()
 

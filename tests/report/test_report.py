@@ -212,7 +212,7 @@ def test_bad_input_is_a_clear_error(
     rc = run_cli(
         ["tables", "table1", *BASE, "--results-dir", str(results_copy), "--out-dir", str(tmp_path / "t")]
     )
-    assert rc == 2 and message in capsys.readouterr().err
+    assert rc == 4 and message in capsys.readouterr().err
     assert not (tmp_path / "t" / "table1.csv").exists()
 
 

@@ -12,7 +12,7 @@ moves the CPU platform's ``ray.init`` values to ``ray start``); outside Slurm ve
 A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b.yaml`` (trainer mode
 ``envace_per_role_sync``, two policies; see :mod:`envace.train.verl_ext.per_role_trainer`); the Ray cluster
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
-cannot be split evenly exits 2 with the reason.
+cannot be split evenly exits 1 with the reason; missing training data exits 4.
 Verified on CPU: the command line, the environment and the step check (tests/train/verl_ext); the whole
 driver on verl's CPU platform (tests/train/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node through
 the launcher (``make smoke-slurm``: train jobs side by side on one node, each with its own Ray;
@@ -31,6 +31,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNUSABLE
 from envace.common.results import atomic_write_json, atomic_write_text
 from envace.train.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
 
@@ -273,7 +274,7 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
         service_models(cfg, run)
     except ValueError as exc:  # e.g. a per-role run whose GPUs cannot be split between its two policies
         print(f"envace train: run {run}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_FAILURE
     data_file = Path(data or f"{cfg['paths']['data']}/cm2_train.parquet")
     Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
     before = last_step(checkpoint_dir)
@@ -281,7 +282,7 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
     if before < total and not data_file.is_file():
         print(f"envace train: run {run}: training data {data_file} not found (run `envace data` first)",
               file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE
     if before < total:
         with services(cfg, run, Path(done).parent) as (service_env, service_overrides):
             argv = build_command(cfg, run, checkpoint_dir, service_overrides, data=data)

@@ -83,9 +83,9 @@ def test_services_needed_per_run():
                                                   "judge": CFG["training"]["judge"]["model"]}
 
 
-def test_missing_data_exits_2(tmp_path, capsys):
+def test_missing_data_exits_4(tmp_path, capsys):
     assert L.launch(CFG, "envace_8b", str(tmp_path / "ck"), str(tmp_path / "d.json"),
-                    data=str(tmp_path / "nope.parquet")) == 2
+                    data=str(tmp_path / "nope.parquet")) == 4
     assert "nope.parquet not found (run `envace data` first)" in capsys.readouterr().err
 
 
@@ -133,7 +133,7 @@ def test_per_role_multinode_reserves_all_nodes(monkeypatch):
 def test_per_role_unsplittable_gpus_exit_2(tmp_path):
     cfg = load_config("config/config.yaml")
     cfg["training"]["runs"]["per_role_8b"]["nodes"] = 3
-    assert L.launch(cfg, "per_role_8b", str(tmp_path / "ck"), str(tmp_path / "done.json")) == 2
+    assert L.launch(cfg, "per_role_8b", str(tmp_path / "ck"), str(tmp_path / "done.json")) == 1
     assert not (tmp_path / "done.json").exists()
 
 
