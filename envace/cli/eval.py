@@ -72,6 +72,10 @@ from envace.common.exit_codes import EXIT_UNAVAILABLE
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
 
 
+#: the keys of a sampling block that reach the model server
+SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help=HELP, description=HELP)
     p.add_argument("--config", default=DEFAULT_CONFIG,
@@ -313,7 +317,9 @@ def run(args: argparse.Namespace) -> int:
     check_model_path(model_path)
     settings = VLLMSettings.from_config(cfg)
     sampling = cfg["evaluation"]["sampling"]
+    episode = cfg["evaluation"]["episode"]
     tts_cfg = cfg["tts"]
+    rehearse = tts_cfg["rehearse"]
     max_prompt = int(sampling["max_prompt_tokens"])
     need_ctx = max_prompt + max(
         int(sampling["max_tokens"]),
@@ -442,8 +448,15 @@ def run(args: argparse.Namespace) -> int:
             max_turns=int(sampling["max_turns"]),
             max_prompt_tokens=int(sampling["max_prompt_tokens"]),
             max_response_tokens=int(sampling["max_tokens"]),
-            act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens") if k in sampling},
-            rehearse_sampling=dict(cfg["tts"]["rehearse_sampling"]),  # TTS attempts only: evaluation is real
+            act_sampling={k: v for k, v in sampling.items() if k in SAMPLING_KEYS},
+            context_budget=episode["context_budget"],
+            turn_cap=episode["turn_cap"],
+            on_act_parse_error=episode["on_act_parse_error"],
+            template_kwargs={} if episode["enable_thinking"] else {"enable_thinking": False},
+            # the REHEARSE settings act in TTS attempts only (an evaluation episode is real)
+            rehearse_sampling={k: v for k, v in rehearse.items() if k in SAMPLING_KEYS},
+            prompt_name=rehearse["prompt"],
+            max_rehearse_context_tokens=int(rehearse["max_context_tokens"]),
         )
         total_new = 0
         for r in todo:

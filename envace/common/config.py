@@ -166,7 +166,7 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
     Covers exactly what changes that evaluation's numbers: the scale, the model entry (and, for a
     trained model, its training run), the benchmark entry (without its report-only ``aggregate``
     block: how the report averages samples never changes a sample), the evaluation sampling settings
-    and the ``vllm serve`` flags (``serving.vllm``, when the config has them).
+    and episode rules, and the ``vllm serve`` flags (``serving.vllm``, when the config has them).
     Checkpoint models (``<run>-stepNNNN``) hash their run and step.
     """
     return config_hash(
@@ -175,6 +175,7 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
             **_model_key(cfg, model_id),
             "benchmark": _benchmark_key(cfg, benchmark),
             "sampling": cfg["evaluation"]["sampling"],
+            "episode": cfg["evaluation"]["episode"],
             **_serving_key(cfg),
         }
     )
@@ -190,8 +191,8 @@ def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
 
     Covers the scale, the setting id, the ``tts`` block (without the derived ``settings`` list and the
     report-only ``table3`` mapping), the actor and rehearser models (with their training runs), the
-    benchmark entry (without ``aggregate``), the evaluation sampling settings and the ``vllm serve``
-    flags (when present).
+    benchmark entry (without ``aggregate``), the evaluation sampling settings and episode rules and the
+    ``vllm serve`` flags (when present).
     """
     tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "table3")}
     used = [cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()]
@@ -203,6 +204,7 @@ def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
             "models": {m: _model_key(cfg, m) for m in used},
             "benchmark": _benchmark_key(cfg, benchmark),
             "sampling": cfg["evaluation"]["sampling"],
+            "episode": cfg["evaluation"]["episode"],
             **_serving_key(cfg),
         }
     )
