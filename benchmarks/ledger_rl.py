@@ -64,8 +64,9 @@ def envace(*argv: str, log: Path | None = None) -> None:
 
 
 def per_task_success(model_dir: str, n_train: int, n_test: int, temperature: float, samples: int,
-                     seed: int) -> dict[str, list[float]]:
-    """Scores on the test split in the real ledger, ``samples`` per task: ``{task_id: [score, ...]}``."""
+                     seed: int, thinking: bool) -> dict[str, list[float]]:
+    """Scores on the test split in the real ledger, ``samples`` per task: ``{task_id: [score, ...]}``.
+    ``thinking=False`` renders the chat as verl's training rollouts do (``enable_thinking=False``)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -82,7 +83,8 @@ def per_task_success(model_dir: str, n_train: int, n_test: int, temperature: flo
     adapter = LedgerAdapter({"ledger": {"seed": 0, "n_train": n_train, "n_test": n_test}})
     tasks = adapter.load_tasks(["test"], None)
     config = RolloutConfig(mode=Mode.REAL, max_turns=4, max_prompt_tokens=4096, max_response_tokens=4096,
-                           act_sampling={"temperature": temperature, "max_tokens": 64})
+                           act_sampling={"temperature": temperature, "max_tokens": 64},
+                           template_kwargs={} if thinking else {"enable_thinking": False})
     backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
     with tempfile.TemporaryDirectory() as tmp:
         path, _ = asyncio.run(run_samples(
@@ -116,6 +118,10 @@ def main() -> None:
     ap.add_argument("--n-test", type=int, default=128, help="ledger test tasks (held out)")
     ap.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out task")
     ap.add_argument("--temperature", type=float, default=0.6, help="evaluation temperature")
+    ap.add_argument("--eval-template", choices=["training", "default"], default="training",
+                    help="training = render the held-out chats as the training rollouts do (enable_thinking="
+                         "False, the run's episode.enable_thinking); default = the template's default (stop "
+                         "22/23 measured with it: RL then trains one rendering and is scored on another)")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -132,7 +138,8 @@ def main() -> None:
 
     scores = {}
     for name, path in (("base", str(args.base)), ("trained", trained)):
-        scores[name] = per_task_success(path, args.n_train, args.n_test, args.temperature, args.samples, 0)
+        scores[name] = per_task_success(path, args.n_train, args.n_test, args.temperature, args.samples, 0,
+                                        thinking=args.eval_template == "default")
         (out / f"scores_{name}.json").write_text(json.dumps(scores[name]))
     ids = sorted(scores["base"])
     matrix = {k: TaskMatrix(np.array([scores[k][i] for i in ids]), np.zeros(len(ids), dtype=int),
