@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.common.results import atomic_write_text
+from envace.common.atomic import atomic_write_text
 from envace.core.environment import Score, Services, Task
 from envace.core.tools import ToolCall
 

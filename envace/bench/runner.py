@@ -53,15 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace.common.results import (
-    ResultsError,
-    _now,
-    atomic_write_bytes,
-    atomic_write_json,
-    encode_line,
-    line_problem,
-    write_results,
-)
+from envace.common.atomic import atomic_write_bytes, atomic_write_json
+from envace.common.results import ResultsError, _now, encode_line, line_problem, write_results
 from envace.core.environment import BenchmarkAdapter, Episode, Services, Task
 from envace.core.episode import run_episode
 from envace.core.rollout import GenerateBackend, RolloutConfig

@@ -53,7 +53,7 @@ def load_tokenizer(name: str, scale: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envace.common.results import atomic_write_json
+    from envace.common.atomic import atomic_write_json
     from envace.train.data import convert, write_training_parquet
 
     cfg = load_config(args.config)

@@ -271,7 +271,8 @@ def _drop_kept(out: Path) -> None:
 
 def _add_to_manifest(out: Path, extra: dict[str, Any]) -> None:
     """Add keys to a finished run's manifest (temp file + rename)."""
-    from envace.common.results import atomic_write_json, manifest_path
+    from envace.common.atomic import atomic_write_json
+    from envace.common.results import manifest_path
 
     path = manifest_path(out)
     manifest = json.loads(path.read_text(encoding="utf-8"))

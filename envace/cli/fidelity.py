@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from envace.bench import get_adapter
+from envace.common.atomic import atomic_write_json
 from envace.common.config import DEFAULT_CONFIG, ConfigError, load_config
-from envace.common.results import atomic_write_json, read_results
+from envace.common.results import read_results
 from envace.core.fidelity import (
     CallPair,
     aggregate,

@@ -42,8 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from envace.common.atomic import atomic_write_text
     from envace.common.config import load_config
-    from envace.common.results import atomic_write_text
     from envace.serve.vllm_server import (
         Server,
         ServerError,

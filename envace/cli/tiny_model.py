@@ -159,7 +159,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envace.common.results import atomic_write_json
+    from envace.common.atomic import atomic_write_json
 
     resolve_settings(args)
     out = Path(args.out)

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envace.common.atomic import atomic_write_text
 from envace.common.config import DEFAULT_CONFIG, config_hash, figure5_models, load_config
-from envace.common.results import IncompleteResultsError, ResultsError, atomic_write_text, current_git_commit
+from envace.common.results import IncompleteResultsError, ResultsError, current_git_commit
 from envace.common.stats import Interval, bootstrap_linear
 from envace.report.evaluations import Evaluation, load_evaluation
 from envace.report.paper import load_paper
@@ -236,6 +237,6 @@ def context_from_args(args: argparse.Namespace) -> ReportContext:
 
 def write_output(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically, creating parent directories: a crash leaves the old file or
-    none, never a partial one (:func:`envace.common.results.atomic_write_text`; the file gets the umask's
+    none, never a partial one (:func:`envace.common.atomic.atomic_write_text`; the file gets the umask's
     permissions)."""
     return atomic_write_text(path, text, parents=True)

@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from envace.common.results import atomic_write, atomic_write_text
+from envace.common.atomic import atomic_write, atomic_write_text
 from envace.core.fidelity import METRICS
 
 __all__ = ["fidelity_table", "fidelity_figure"]

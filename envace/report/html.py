@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envace.common.results import atomic_write_text
+from envace.common.atomic import atomic_write_text
 
 HELP = "write the reproduction report: one self-contained HTML page (tables, figures, diff, provenance)"
 

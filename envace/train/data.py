@@ -77,7 +77,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envace.common.results import atomic_write
+from envace.common.atomic import atomic_write
 from envace.core.tools import render_chat
 
 __all__ = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from envace.common import results as results_mod
+from envace.common import atomic as atomic_mod
 from envace.common.config import tts_hash
 from envace.common.results import ResultsError, manifest_path, read_results, tts_path, write_results
 from envace.report import figures, points, tts_context
@@ -228,7 +228,7 @@ def test_write_output_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     def fail(src: str, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(results_mod.os, "replace", fail)  # write_output writes through envace.common.results
+    monkeypatch.setattr(atomic_mod.os, "replace", fail)  # write_output writes through envace.common.atomic
     with pytest.raises(OSError, match="disk full"):
         write_output(path, "new\n")
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["a.csv"]

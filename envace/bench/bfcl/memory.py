@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from envace.common.results import atomic_write_text
+from envace.common.atomic import atomic_write_text
 
 __all__ = ["SnapshotStore", "memory_system_prompt", "memory_backend_class", "load_encoder", "HashingEncoder",
            "BACKEND_CLASSES", "snapshot_target"]

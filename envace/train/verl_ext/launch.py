@@ -31,8 +31,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from envace.common.atomic import atomic_write_json, atomic_write_text
 from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNUSABLE
-from envace.common.results import atomic_write_json, atomic_write_text
 from envace.train.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
 
 __all__ = ["build_command", "build_env", "last_step", "launch", "merge_metrics", "service_models", "services"]
