@@ -36,11 +36,14 @@ from envace.train.warmstart import sft, sft_sequences
 
 
 def held_out(model: torch.nn.Module, tokenizer, adapter: LedgerAdapter, temperature: float,
-             samples: int, seed: int) -> dict[str, float]:
-    """Success, transfer-state and answer rates on the test split (``samples`` per task)."""
+             samples: int, seed: int, template: str) -> dict[str, float]:
+    """Success, transfer-state and answer rates on the test split (``samples`` per task). ``template``:
+    ``default`` renders the chats with the template's default, ``training`` as verl's rollouts do
+    (``enable_thinking=False``, the runs' ``episode.enable_thinking``)."""
     tasks = adapter.load_tasks(["test"], None)
     config = RolloutConfig(mode=Mode.REAL, max_turns=4, max_prompt_tokens=4096, max_response_tokens=4096,
-                           act_sampling={"temperature": temperature, "max_tokens": 64})
+                           act_sampling={"temperature": temperature, "max_tokens": 64},
+                           template_kwargs={"enable_thinking": False} if template == "training" else {})
     backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
     with tempfile.TemporaryDirectory() as tmp:
         path, _ = asyncio.run(run_samples(
@@ -72,6 +75,10 @@ def main() -> None:
                          "enable_thinking=False, the warm start's default: evaluation renders the first, "
                          "verl's rollout the second)")
     ap.add_argument("--samples", type=int, default=4, help="samples per held-out task")
+    ap.add_argument("--temperatures", default="1.0,0.6", help="comma-separated evaluation temperatures")
+    ap.add_argument("--eval-templates", default="default",
+                    help="comma-separated renderings to evaluate: default (the template's default) and/or "
+                         "training (enable_thinking=False, as verl's rollouts render)")
     ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
     ap.add_argument("--init", help="start from this saved model and tokenizer (default: a fresh tiny model)")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
@@ -91,7 +98,9 @@ def main() -> None:
                          **({"template_variants": ({},)} if args.template_variants == "plain" else {}))
     print(f"{len(rows)} rows, mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens\n")
     cols = "success / transfer state / answer"
-    print(f"| step | SFT s | loss | T=1.0 {cols} | T=0.6 {cols} |\n|---|---|---|---|---|")
+    points = [(float(t), r) for r in args.eval_templates.split(",") for t in args.temperatures.split(",")]
+    head = " | ".join(f"{r} T={t} {cols}" for t, r in points)
+    print(f"| step | SFT s | loss | {head} |\n|---|---|---|" + "---|" * len(points))
     eval_at = {int(x) for x in args.eval_at.split(",")}
     spent = [0.0, time.process_time()]  # SFT CPU seconds so far, start of the current stretch
 
@@ -103,10 +112,10 @@ def main() -> None:
             return
         spent[0] += time.process_time() - spent[1]
         cells = []
-        for temperature in (1.0, 0.6):
-            r = held_out(model, tokenizer, adapter, temperature, args.samples, args.seed)
+        for temperature, template in points:
+            r = held_out(model, tokenizer, adapter, temperature, args.samples, args.seed, template)
             cells.append(f"{r['success']:.3f} / {r['transfer_state']:.3f} / {r['answer']:.3f}")
-        print(f"| {step} | {spent[0]:.0f} | {loss:.3f} | {cells[0]} | {cells[1]} |", flush=True)
+        print(f"| {step} | {spent[0]:.0f} | {loss:.3f} | {' | '.join(cells)} |", flush=True)
         spent[1] = time.process_time()
 
     sft(model, rows, args.steps, args.lr, tokenizer.pad_token_id, batch_rows=args.batch_rows, seed=args.seed,
