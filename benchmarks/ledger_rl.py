@@ -112,7 +112,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="training seed (training.runs.<run>.seed)")
     ap.add_argument("--sign", type=int, choices=[1, -1], default=1,
                     help="advantage sign (-1: the negative control)")
-    ap.add_argument("--reward", choices=["reference_match", "reference_outcome"], default="reference_outcome",
+    ap.add_argument("--reward", choices=["reference_match", "reference_outcome", "reference_grounded"],
+                    default="reference_grounded",
                     help="training.reward")
     ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks (training records)")
     ap.add_argument("--n-test", type=int, default=128, help="ledger test tasks (held out)")

@@ -29,6 +29,7 @@ from typing import Any
 
 from envace.core.reward import (
     checklist_reward,
+    reference_grounded_reward,
     reference_match_reward,
     reference_outcome_reward,
     reward_rules_from_env,
@@ -37,7 +38,10 @@ from envace.core.reward import (
 )
 from envace.train.judge import ChecklistJudge, judge_config_from_env
 
-__all__ = ["compute_score", "dialogue_continues"]
+__all__ = ["VERIFIABLE_REWARDS", "compute_score", "dialogue_continues"]
+
+#: ``training.reward`` values computed without a judge (envace.core.reward's verifiable rules).
+VERIFIABLE_REWARDS = ("reference_match", "reference_outcome", "reference_grounded")
 
 _PROCESS_JUDGE: ChecklistJudge | None = None
 
@@ -82,9 +86,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if reward == "reference_match":
         result = reference_match_reward(messages, _decoded(info.get("reference_calls")) or [], rules,
                                         termination)
-    elif reward == "reference_outcome":
-        result = reference_outcome_reward(messages, _decoded(info.get("reference_calls")) or [],
-                                          str(info.get("reference_answer") or ""), rules, termination)
+    elif reward in ("reference_outcome", "reference_grounded"):
+        rule = reference_outcome_reward if reward == "reference_outcome" else reference_grounded_reward
+        result = rule(messages, _decoded(info.get("reference_calls")) or [],
+                      str(info.get("reference_answer") or ""), rules, termination)
     else:
         checklists = _decoded(ground_truth) or _decoded(info.get("checklists")) or []
         result = checklist_reward(messages, checklists, _process_judge(), rules, termination)
@@ -104,7 +109,7 @@ def dialogue_continues(messages: list[dict[str, Any]], user_turn: int, ground_tr
     ``ENVACE_REWARD=reference_match`` or with the rule off; else :func:`turn_passes_required` with this
     process's judge (whose cache :func:`compute_score` then reuses). Checklists as in
     :func:`compute_score`."""
-    if os.environ.get("ENVACE_REWARD", "checklist") in ("reference_match", "reference_outcome"):
+    if os.environ.get("ENVACE_REWARD", "checklist") in VERIFIABLE_REWARDS:
         return True
     rules = reward_rules_from_env()
     if not rules.stop_on_required_failed:

@@ -13,6 +13,7 @@ from envace.core.reward import (
     RewardRules,
     checklist_reward,
     is_error_tool_call,
+    reference_grounded_reward,
     reference_match_reward,
     reference_outcome_reward,
     reward_rules_env,
@@ -135,6 +136,38 @@ def test_reference_outcome_averages_the_call_f1_with_the_answer_check():
     assert reference_outcome_reward([USER, wrong_call, OBS_OK, FINAL], ref, "Done.",
                                     termination=done).reward == 0.5
     assert reference_outcome_reward([USER, STEP1, OBS_OK], ref, "20", termination="max_turns").reward == 0.0
+
+
+def test_reference_grounded_checks_the_answer_against_the_last_observation():
+    ref = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    done = "final_answer"
+    rehearsed = {"role": "tool", "content": '{"temp": 17}'}  # a rehearsal that is not the real 20
+    says = {"role": "assistant", "content": "It is 17 degrees."}
+    # the answer restates its observation: full reward, whatever the reference answer's number
+    assert reference_grounded_reward([USER, STEP1, rehearsed, says], ref, "It is 20.",
+                                     termination=done).reward == 1.0
+    # the reference's number not observed in this episode is not grounded
+    assert reference_grounded_reward([USER, STEP1, rehearsed, FINAL], ref, "It is 20.",
+                                     termination=done).reward == 0.5
+    # no observation at all: nothing to restate; the last number counts, as for reference_outcome
+    assert reference_grounded_reward([USER, says], ref, "20", termination=done).reward == 0.0
+    assert reference_grounded_reward([USER, STEP1, rehearsed, {"role": "assistant", "content": "17 or 3"}],
+                                     ref, "20", termination=done).reward == 0.5
+    # a reference answer without a number, and the termination rules: as reference_match
+    assert reference_grounded_reward([USER, STEP1, rehearsed, FINAL], ref, "Done.",
+                                     termination=done).reward == 1.0
+    unfinished = reference_grounded_reward([USER, STEP1, rehearsed], ref, "20", termination="max_turns")
+    assert unfinished.reward == 0.0
+
+
+def test_reference_grounded_through_verls_entry_point(monkeypatch):
+    monkeypatch.setenv("ENVACE_REWARD", "reference_grounded")
+    extra = {"messages": [USER, STEP1, {"role": "tool", "content": '{"temp": 17}'},
+                          {"role": "assistant", "content": "17"}], "termination": "final_answer",
+             "reference_calls": json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]),
+             "reference_answer": "20 degrees"}
+    assert rw.compute_score("cm2", "", None, extra)["score"] == 1.0
+    assert rw.dialogue_continues(extra["messages"], 0, None, extra)  # no judge to ask
 
 
 def test_reference_outcome_through_verls_entry_point(monkeypatch):
