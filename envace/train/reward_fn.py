@@ -40,8 +40,11 @@ from envace.train.judge import ChecklistJudge, judge_config_from_env
 
 __all__ = ["VERIFIABLE_REWARDS", "compute_score", "dialogue_continues"]
 
+#: The verifiable rules that add an answer check to the call F1, by ``training.reward`` value.
+_ANSWER_RULES = {"reference_outcome": reference_outcome_reward,
+                 "reference_grounded": reference_grounded_reward}
 #: ``training.reward`` values computed without a judge (envace.core.reward's verifiable rules).
-VERIFIABLE_REWARDS = ("reference_match", "reference_outcome", "reference_grounded")
+VERIFIABLE_REWARDS = ("reference_match", *_ANSWER_RULES)
 
 _PROCESS_JUDGE: ChecklistJudge | None = None
 
@@ -86,10 +89,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if reward == "reference_match":
         result = reference_match_reward(messages, _decoded(info.get("reference_calls")) or [], rules,
                                         termination)
-    elif reward in ("reference_outcome", "reference_grounded"):
-        rule = reference_outcome_reward if reward == "reference_outcome" else reference_grounded_reward
-        result = rule(messages, _decoded(info.get("reference_calls")) or [],
-                      str(info.get("reference_answer") or ""), rules, termination)
+    elif reward in _ANSWER_RULES:
+        result = _ANSWER_RULES[reward](messages, _decoded(info.get("reference_calls")) or [],
+                                       str(info.get("reference_answer") or ""), rules, termination)
     else:
         checklists = _decoded(ground_truth) or _decoded(info.get("checklists")) or []
         result = checklist_reward(messages, checklists, _process_judge(), rules, termination)
