@@ -273,19 +273,25 @@ async def predict_observations(
     prompt_name: str = "rehearsal_v1",
     template_kwargs: Mapping[str, Any] | None = None,
     max_context_tokens: int = 20480,
+    references: Sequence[Sequence[dict[str, Any]]] | None = None,
 ) -> list[str | None]:
     """The REHEARSE reply for every pair (``tools[i]``: the tools of pair ``i``'s task); ``None`` where the
-    rehearsal prompt plus ``sampling["max_tokens"]`` would exceed ``max_context_tokens``."""
-    if len(tools) != len(pairs):
-        raise ValueError("predict_observations needs one tool list per pair")
+    rehearsal prompt plus ``sampling["max_tokens"]`` would exceed ``max_context_tokens``.
+
+    ``references[i]``: reference ``{"call", "response"}`` pairs shown in pair ``i``'s REHEARSE prompt, as
+    training rollouts show the example's own (:class:`envace.core.rehearsal.RehearsalContext`); default
+    none, as at test time."""
+    if len(tools) != len(pairs) or (references is not None and len(references) != len(pairs)):
+        raise ValueError("predict_observations needs one tool list (and reference list, if any) per pair")
     prompt = RehearsalPrompt(prompt_name)
     max_tokens = int(sampling.get("max_tokens", 2048))
     end = tokenizer.encode(getattr(tokenizer, "eos_token", None) or "", add_special_tokens=False)
     out: list[str | None] = []
-    for pair, task_tools in zip(pairs, tools, strict=True):
+    for k, (pair, task_tools) in enumerate(zip(pairs, tools, strict=True)):
         registry = ToolRegistry(task_tools)
         kwargs = dict(template_kwargs or {})
-        ctx = RehearsalContext(tokenizer, prompt, registry, list(pair.history), [], kwargs)
+        refs = list(references[k]) if references is not None else []
+        ctx = RehearsalContext(tokenizer, prompt, registry, list(pair.history), refs, kwargs)
         for call, observation in pair.earlier:
             ctx.note(CallCandidate(call, pair.caller_text), observation)
         ids = ctx.prompt_ids(CallCandidate(pair.call, pair.caller_text))

@@ -15,7 +15,8 @@ Implemented:
 - :func:`reference_fidelity` — the model as REHEARSE on every (call, real observation) pair of the
   tasks' *reference* dialogues (``records``, CM2-shaped), scored by :func:`envace.core.fidelity.score_pair`
   (``exact``: JSON equality with the real observation). Reference pairs rather than the model's own
-  trajectories, so that two models are compared on the same pairs.
+  trajectories, so that two models are compared on the same pairs; the REHEARSE prompt shows no
+  reference response (test time) or, ``with_references=True``, the record's own (as in training).
 - :func:`by_task` / :func:`paired_gain` — values grouped by task, and the paired bootstrap interval of
   ``after - before`` over the tasks both hold (:func:`envace.common.stats.bootstrap_paired_diff`).
 
@@ -43,6 +44,7 @@ from envace.core.environment import BenchmarkAdapter, Services
 from envace.core.fidelity import PairScore, extract_pairs, predict_observations, score_pair
 from envace.core.rollout import Mode, RolloutConfig
 from envace.serve.tiny_model import HFGenerateBackend
+from envace.train.data import normalize_record
 
 __all__ = ["load_model", "task_success", "reference_fidelity", "by_task", "paired_gain"]
 
@@ -90,21 +92,29 @@ def task_success(model: torch.nn.Module, tokenizer: Any, adapter: BenchmarkAdapt
 
 def reference_fidelity(model: torch.nn.Module, tokenizer: Any, records: Sequence[Mapping[str, Any]], *,
                        prompt: str = "rehearsal_v2", temperature: float = 0.0, max_tokens: int = 64,
-                       seed: int = 0, enable_thinking: bool = False) -> list[PairScore]:
+                       seed: int = 0, enable_thinking: bool = False,
+                       with_references: bool = False) -> list[PairScore]:
     """One score per (call, observation) pair of the records' reference dialogues (``records``: CM2-shaped,
     with ``uuid``, ``tools`` and ``messages``; e.g. :func:`envace.bench.ledger.reference_record`). The
-    REHEARSE prompt ``prompt`` is the training one by default (``rehearsal_v2``)."""
-    pairs, tools = [], []
-    for record in records:
+    REHEARSE prompt ``prompt`` is the training one by default (``rehearsal_v2``).
+
+    ``with_references=False``: the prompt shows no reference response (test-time rehearsal: the world
+    model alone). ``True``: it shows the record's reference (call, response) pairs, as training rollouts
+    do (:func:`envace.train.data.normalize_record`'s ``references``): the rehearsal the RL trained."""
+    pairs, tools, refs = [], [], []
+    for index, record in enumerate(records):
         record_pairs, _ = extract_pairs(record["messages"])
         for pair in record_pairs:
             pair.task_id, pair.sample, pair.split = str(record["uuid"]), 0, "reference"
         pairs += record_pairs
         tools += [list(record["tools"])] * len(record_pairs)
+        shown = normalize_record(dict(record), index).references if with_references else []
+        refs += [shown] * len(record_pairs)
     backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
     predictions = asyncio.run(predict_observations(
         pairs, tools, backend, tokenizer, sampling={"temperature": temperature, "max_tokens": max_tokens},
-        prompt_name=prompt, template_kwargs=_template_kwargs(enable_thinking), max_context_tokens=4096))
+        prompt_name=prompt, template_kwargs=_template_kwargs(enable_thinking), max_context_tokens=4096,
+        references=refs))
     return [score_pair(p, pred) for p, pred in zip(pairs, predictions, strict=True)]
 
 

@@ -127,6 +127,21 @@ def test_predict_observations_is_teacher_forced(tokenizer):
     assert too_long == [None] and len(backend.prompts) == 2
 
 
+def test_predict_observations_shows_references_only_when_given(tokenizer):
+    pairs, _ = extract_pairs(CHAT)
+    backend = ScriptedBackend(tokenizer, ['<execution_result>{"t": 1}</execution_result>'] * 3)
+    ref = {"call": {"name": "get_weather", "arguments": {"city": "Oslo"}}, "response": "REFERENCE-SNOW"}
+    asyncio.run(predict_observations(pairs, [[WEATHER_TOOL]] * 2, backend, tokenizer,
+                                     sampling={"max_tokens": 32}, references=[[ref], []]))
+    asyncio.run(predict_observations(pairs[:1], [[WEATHER_TOOL]], backend, tokenizer,
+                                     sampling={"max_tokens": 32}))
+    with_ref, without, default = backend.prompts
+    assert "REFERENCE-SNOW" in with_ref and "REFERENCE-SNOW" not in without + default
+    with pytest.raises(ValueError, match="one tool list"):
+        asyncio.run(predict_observations(pairs, [[WEATHER_TOOL]] * 2, backend, tokenizer, sampling={},
+                                         references=[[ref]]))
+
+
 def test_aggregate_is_task_level():
     def s(task: str, tool: str, agree: float) -> PairScore:
         return PairScore(task, 0, "x", tool, "success", "success", agree, 0.0, agree)

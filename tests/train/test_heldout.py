@@ -52,6 +52,8 @@ def test_reference_fidelity_scores_each_reference_call(tiny) -> None:
     assert [s.tool for s in scores] == [c.name for t in tasks for c in t.calls]
     assert all(s.real_kind == "success" for s in scores)  # the reference calls all succeed
     assert all(s.exact == 0.0 for s in scores)  # an untrained model does not rehearse the ledger
+    shown = reference_fidelity(model, tokenizer, [reference_record(t) for t in tasks], with_references=True)
+    assert [(s.task_id, s.tool) for s in shown] == [(s.task_id, s.tool) for s in scores]
 
 
 def test_load_model_round_trips_and_names_a_bad_folder(tiny, tmp_path) -> None:
