@@ -62,7 +62,9 @@ def envace(*argv: str, log: Path | None = None) -> None:
 def held_out(model_dir: str, args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
     """Per-task values on the ledger's test split (``envace.train.heldout``): ``success`` (one score per
     episode, ``--samples`` per task, in the real ledger) and the mean rehearsal ``agree`` (success/error
-    kind), ``exact`` and ``field_f1`` of the task's reference calls (``rehearsal_v2``, greedy)."""
+    kind), ``exact`` and ``field_f1`` of the task's reference calls (``rehearsal_v2``, greedy): without
+    reference responses in the REHEARSE prompt (test time), and, prefixed ``ref_``, with the task's own
+    (as the training rollouts show them)."""
     from envace.bench.ledger import LedgerAdapter, generate_tasks, reference_record
     from envace.train.heldout import by_task, load_model, reference_fidelity, task_success
 
@@ -72,11 +74,12 @@ def held_out(model_dir: str, args: argparse.Namespace) -> dict[str, dict[str, li
     lines = task_success(model, tokenizer, LedgerAdapter({"ledger": ledger}), samples=args.samples,
                          temperature=args.temperature, seed=0, enable_thinking=thinking)
     records = [reference_record(t) for t in generate_tasks(**ledger)["test"]]
-    pairs = reference_fidelity(model, tokenizer, records, enable_thinking=thinking)
-    return {"success": by_task((x["task_id"], x["score"]) for x in lines),
-            "agree": by_task(((p.task_id, p.agree) for p in pairs), mean=True),
-            "exact": by_task(((p.task_id, p.exact) for p in pairs), mean=True),
-            "field_f1": by_task(((p.task_id, p.field_f1) for p in pairs), mean=True)}
+    out = {"success": by_task((x["task_id"], x["score"]) for x in lines)}
+    for prefix, shown in (("", False), ("ref_", True)):
+        pairs = reference_fidelity(model, tokenizer, records, enable_thinking=thinking, with_references=shown)
+        for metric in ("agree", "exact", "field_f1"):
+            out[prefix + metric] = by_task(((p.task_id, getattr(p, metric)) for p in pairs), mean=True)
+    return out
 
 
 def main() -> None:
@@ -124,7 +127,7 @@ def main() -> None:
         scores[name] = held_out(path, args)
         (out / f"scores_{name}.json").write_text(json.dumps(scores[name]))
     result: dict = {"args": vars(args)}
-    for metric in ("success", "agree", "exact", "field_f1"):
+    for metric in scores["base"]:
         after, before = scores["trained"][metric], scores["base"][metric]
         gain = paired_gain(after, before, resamples=2000)
         result[metric] = {"base": float(np.mean([np.mean(v) for v in before.values()])),

@@ -10,7 +10,8 @@ samples in the real ledger (``envace.train.heldout``). Asserted, per training se
 bootstrap interval of the success gain lies above 0. The negative control (every advantage negated,
 ``episode.advantage_sign: -1``, seed 0) must not show that gain.
 
-Rehearsal fidelity (agreement, exact match and field F1 on the reference calls) is recorded in each
+Rehearsal fidelity (agreement, exact match and field F1 on the reference calls; without reference
+responses in the REHEARSE prompt as at test time, and with them as in training) is recorded in each
 run's ``result.json`` but not asserted: the ledger's observations carry balances no dialogue shows,
 so an exact rehearsal is out of reach by design (docs/user_guide.md, "The ledger").
 
@@ -63,7 +64,7 @@ def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:
     _run(["benchmarks/ledger_rl.py", "--base", str(warm), "--out", str(out), "--steps", "20", "--lr", "1e-3",
           "--seed", str(seed), "--sign", str(sign)], out.parent / f"{out.name}.log", 3600)
     result = json.loads((out / "result.json").read_text())
-    metrics = {k: result[k] for k in ("success", "agree", "exact", "field_f1")}
+    metrics = {k: v for k, v in result.items() if k != "args"}
     print(f"seed {seed} sign {sign}: {json.dumps(metrics)}")
     return result
 
