@@ -46,3 +46,15 @@ def warm_tiny_model(tmp_path_factory) -> Path:
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The ledger learning test (``tests/learning``, marker ``learning``, ~40 min) runs only when a ``-m``
+    expression names it (``pytest -m learning tests/learning``): ``pytest`` (``make test``), ``-m slow``
+    and ``-m "not slow"`` leave it out."""
+    if "learning" in (config.getoption("markexpr") or ""):
+        return
+    kept = [item for item in items if "learning" not in item.keywords]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if "learning" in item.keywords])
+        items[:] = kept

@@ -15,9 +15,11 @@ responses in the REHEARSE prompt as at test time, and with them as in training) 
 run's ``result.json`` but not asserted: the ledger's observations carry balances no dialogue shows,
 so an exact rehearsal is out of reach by design (docs/user_guide.md, "The ledger").
 
-Cost on 2 cores: the warm start ~13 min (reused from ``ENVACE_LEDGER_WARM`` when that names a saved one),
-each run ~5-7 min. Marked ``learning``: not part of ``make test`` (``-m "not learning"`` in pyproject);
-run it with ``.venv/bin/python -m pytest -m learning tests/learning``.
+Cost on 2 cores: the warm start ~13 min (reused from ``ENVACE_LEDGER_WARM`` when that names a saved
+one), each run ~12 min alone (~150 s to verl's first step, 20 steps of ~16 s, ~2 min of held-out
+evaluation). Marked ``learning``: it runs only when a ``-m`` expression names it (``tests/conftest.py``),
+so ``make test``, ``-m slow`` and ``-m "not slow"`` leave it out; run it with
+``.venv/bin/python -m pytest -m learning tests/learning``.
 """
 
 from __future__ import annotations
