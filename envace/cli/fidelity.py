@@ -141,15 +141,12 @@ def _collect(
 
 
 def _backend(model_path: str, seed: int) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from envace.serve.tiny_model import HFGenerateBackend
+    from envace.train.heldout import load_model
 
     if not Path(model_path).is_dir():
         raise FileNotFoundError(f"--model-path {model_path}: not a local model directory")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
-    model.eval()
+    model, tokenizer = load_model(model_path)
     return HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed), tokenizer
 
 
