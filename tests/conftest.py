@@ -49,7 +49,7 @@ def warm_tiny_model(tmp_path_factory) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The ledger learning test (``tests/learning``, marker ``learning``, ~40 min) runs only when a ``-m``
+    """The ledger learning test (``tests/learning``, marker ``learning``, ~60 min) runs only when a ``-m``
     expression names it (``pytest -m learning tests/learning``): ``pytest`` (``make test``), ``-m slow``
     and ``-m "not slow"`` leave it out."""
     if "learning" in (config.getoption("markexpr") or ""):
