@@ -65,9 +65,12 @@ def smoke_inputs(tmp_path_factory, warm_tiny_model) -> dict[str, Path]:
     for name, run in cfg["training"]["runs"].items():
         run.update(base_model=str(model), total_steps=2, save_every=2, val_every=2)
         if run["algorithm"] == "envace":
-            # groups of 4: with the warm-started model about 70% of episodes succeed, so groups of 2 had
-            # equal rewards (zero GRPO advantages) in both steps about one run in ten (CI, stop 20)
-            run["rollouts_per_prompt"] = 4
+            # GRPO advantages are zero in a group whose rewards are all equal, and with the warm-started
+            # model most groups are (per prompt it nearly always or never succeeds): 2 prompts x 2
+            # rollouts had no learning step about one run in ten (CI, stop 20), 2 x 4 failed again
+            # (CI, stop 26; step 1 here scored 0.5 and 1.0 with all advantages 0). 4 prompts x 8
+            # rollouts: 8 groups over 8 of the fixture's 9 prompts
+            run.update(prompts_per_step=4, rollouts_per_prompt=8)
         if run.get("simulator"):
             run["simulator"] = str(model)
         cfg["training"]["runs"][name] = run
