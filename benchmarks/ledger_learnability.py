@@ -61,13 +61,16 @@ def main() -> None:
                     help="comma-separated renderings to evaluate: default (the template's default) and/or "
                          "training (enable_thinking=False, as verl's rollouts render)")
     ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
+    ap.add_argument("--show-balances", action="store_true",
+                    help="ledger questions state the balances (benchmarks.ledger.show_balances)")
     ap.add_argument("--init", help="start from this saved model and tokenizer (default: a fresh tiny model)")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    adapter = LedgerAdapter({"ledger": {"seed": 0, "n_train": args.n_train, "n_test": 32}})
+    ledger = {"seed": 0, "n_train": args.n_train, "n_test": 32, "show_balances": args.show_balances}
+    adapter = LedgerAdapter({"ledger": ledger})
     examples = [normalize_record(reference_record(t), i)
-                for i, t in enumerate(generate_tasks(0, args.n_train, 32)["train"])]
+                for i, t in enumerate(generate_tasks(**ledger)["train"])]
     if args.init:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -35,7 +35,8 @@ def write_config(args: argparse.Namespace, out: Path) -> Path:
     cfg["paths"] = {k: str(out / k) for k in cfg["paths"]}
     cfg["benchmarks"]["ledger"] = {
         "package": "envace", "splits": ["test"],
-        "ledger": {"seed": 0, "n_train": args.n_train, "n_test": args.n_test},
+        "ledger": {"seed": 0, "n_train": args.n_train, "n_test": args.n_test,
+                   "show_balances": args.show_balances},
         "aggregate": {"metric": "score", "groups": {"test": {"weight": 1, "splits": ["test"]}}}}
     cfg["training"]["data"]["source"] = str(out / "ledger_train.jsonl")
     cfg["training"]["reward"] = args.reward
@@ -69,7 +70,7 @@ def held_out(model_dir: str, args: argparse.Namespace) -> dict[str, dict[str, li
     from envace.train.heldout import by_task, load_model, reference_fidelity, task_success
 
     model, tokenizer = load_model(model_dir)
-    ledger = {"seed": 0, "n_train": args.n_train, "n_test": args.n_test}
+    ledger = {"seed": 0, "n_train": args.n_train, "n_test": args.n_test, "show_balances": args.show_balances}
     thinking = args.eval_template == "default"
     lines = task_success(model, tokenizer, LedgerAdapter({"ledger": ledger}), samples=args.samples,
                          temperature=args.temperature, seed=0, enable_thinking=thinking)
@@ -98,6 +99,9 @@ def main() -> None:
                     help="training.reward")
     ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks (training records)")
     ap.add_argument("--n-test", type=int, default=128, help="ledger test tasks (held out)")
+    ap.add_argument("--show-balances", action="store_true",
+                    help="ledger questions state the balances (benchmarks.ledger.show_balances): every "
+                         "observation is a function of the dialogue, so rehearsal fidelity can rise")
     ap.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out task")
     ap.add_argument("--temperature", type=float, default=0.6, help="evaluation temperature")
     ap.add_argument("--eval-template", choices=["training", "default"], default="training",

@@ -16,6 +16,12 @@ Implemented:
   in the calls' JSON, so that they tokenize alike in both). Each task carries its initial
   state, the reference calls, the expected final state and the expected answer number. Splits ``train``
   and ``test`` come from one stream and are disjoint (no (kind, accounts, amount, balances) in both).
+  With ``show_balances`` the question first states every account's balance ('Balances: "X" 57, ...'),
+  so that each observation is a function of what the dialogue shows (a ``get_balance`` result copies a
+  stated number, a ``transfer`` result adds and subtracts the amount): rehearsal fidelity then has
+  something a world model can learn. Without it (the default) the balances are state no dialogue shows
+  and no rehearsal can match an observation exactly. The switch does not change the random stream: the
+  same seed gives the same tasks either way, worded differently.
 - :func:`score_episode`: verifiable outcome — the final state equals the expected one (``state``) and
   the last number of the final answer is the expected one (``answer``; the last, so that an answer
   listing many numbers does not pass by chance); the score is 1 when both hold.
@@ -139,32 +145,43 @@ class LedgerTask:
                 sort_keys=True)) for c in self.calls))
 
 
-def _one_task(rng: random.Random, split: str, index: int) -> LedgerTask:
+def _statement(initial: dict[str, int]) -> str:
+    """'Balances: "alice" 57, "bob" 23, "carol" 80. ' (accounts by name, so that the asked one is not
+    always first)."""
+    return "Balances: " + ", ".join(f'"{n}" {b}' for n, b in sorted(initial.items())) + ". "
+
+
+def _one_task(rng: random.Random, split: str, index: int, show_balances: bool) -> LedgerTask:
     names = rng.sample(ACCOUNT_POOL, 3)
     initial = {n: rng.randrange(10, 100) for n in names}
+    stated = _statement(initial) if show_balances else ""
     if rng.random() < 0.5:
         who = names[0]
         calls = (ToolCall("get_balance", {"account": who}),)
-        return LedgerTask(f"ledger-{split}-{index}", split, "balance", f'What is the balance of "{who}"?',
-                          initial, calls, dict(initial), initial[who])
+        return LedgerTask(f"ledger-{split}-{index}", split, "balance",
+                          f'{stated}What is the balance of "{who}"?', initial, calls, dict(initial),
+                          initial[who])
     source, target = names[0], names[1]
     amount = rng.randrange(1, initial[source] + 1)
     expected = dict(initial, **{source: initial[source] - amount, target: initial[target] + amount})
     calls = (ToolCall("transfer", {"source": source, "target": target, "amount": amount}),)
-    question = f'Transfer {amount} from "{source}" to "{target}", then tell me the new balance of "{target}".'
+    question = (f'{stated}Transfer {amount} from "{source}" to "{target}", then tell me the new balance of '
+                f'"{target}".')
     return LedgerTask(f"ledger-{split}-{index}", split, "transfer", question, initial, calls, expected,
                       expected[target])
 
 
-def generate_tasks(seed: int, n_train: int, n_test: int) -> dict[str, list[LedgerTask]]:
+def generate_tasks(seed: int, n_train: int, n_test: int,
+                   show_balances: bool = False) -> dict[str, list[LedgerTask]]:
     """``{"train": [...], "test": [...]}``: the same ``seed`` gives the same tasks; no task of one split
-    has the same key (kind, initial state, reference calls) as one of the other."""
+    has the same key (kind, initial state, reference calls) as one of the other. ``show_balances``: the
+    question states the balances first (the module docstring)."""
     rng = random.Random(seed)
     seen: set[tuple] = set()
     out: dict[str, list[LedgerTask]] = {"train": [], "test": []}
     for split, n in (("train", n_train), ("test", n_test)):
         while len(out[split]) < n:
-            task = _one_task(rng, split, len(out[split]))
+            task = _one_task(rng, split, len(out[split]), show_balances)
             if task.key() not in seen:
                 seen.add(task.key())
                 out[split].append(task)
@@ -189,7 +206,7 @@ def reference_record(task: LedgerTask) -> dict[str, Any]:
         messages.append({"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}]})
         messages.append({"role": "tool", "name": call.name, "content": ledger.call(call)})
-    subject = task.question.split(",")[0].rstrip("?")
+    subject = task.question.removeprefix(_statement(task.initial)).split(",")[0].rstrip("?")
     messages.append({"role": "assistant", "content": f"Done: the balance is {task.answer}."})
     call = task.calls[0]
     items = [
@@ -233,18 +250,22 @@ class LedgerEpisode:
 
 
 class LedgerAdapter:
-    """``benchmarks.ledger``: ``seed``, ``n_train``, ``n_test``; splits ``train`` / ``test``."""
+    """``benchmarks.ledger``: ``seed``, ``n_train``, ``n_test``, ``show_balances``; splits ``train`` /
+    ``test``."""
 
     name = "ledger"
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
-        cfg = (config or {}).get("ledger") or {}  # the benchmark entry's ledger: {seed, n_train, n_test}
+        cfg = (config or {}).get("ledger") or {}  # the benchmark entry's ledger: {seed, n_train, n_test, ...}
         self.seed, self.n_train, self.n_test = (int(cfg.get("seed", 0)), int(cfg.get("n_train", 64)),
                                                 int(cfg.get("n_test", 32)))
-        self._tasks = generate_tasks(self.seed, self.n_train, self.n_test)
+        self.show_balances = bool(cfg.get("show_balances", False))
+        self._tasks = generate_tasks(self.seed, self.n_train, self.n_test, self.show_balances)
 
     def versions(self) -> dict[str, str]:
-        return {"ledger": f"envace generator, seed {self.seed}, {self.n_train} train / {self.n_test} test"}
+        shown = ", balances stated" if self.show_balances else ""
+        return {"ledger": f"envace generator, seed {self.seed}, {self.n_train} train / {self.n_test} test"
+                          f"{shown}"}
 
     def load_tasks(self, splits: list[str], limit: int | None) -> list[Task]:
         out = []

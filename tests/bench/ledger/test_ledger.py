@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -51,6 +52,27 @@ def test_tasks_are_seeded_disjoint_and_solved_by_their_reference_calls():
         assert score_episode(task, led, "I do not know.").subscores == {"state": 1.0, "answer": 0.0}
         # the last number counts: a list of guesses that holds the answer elsewhere does not pass
         assert score_episode(task, led, f"{task.answer} or {task.answer + 1}").subscores["answer"] == 0.0
+
+
+def test_stated_balances_make_every_observation_a_function_of_the_question():
+    """``show_balances``: the same tasks, each question stating every balance, so a get_balance result
+    copies a stated number and a transfer result is the stated numbers plus or minus the amount."""
+    plain, stated = generate_tasks(2, 30, 10), generate_tasks(2, 30, 10, show_balances=True)
+    for a, b in zip(plain["train"] + plain["test"], stated["train"] + stated["test"], strict=True):
+        assert a.key() == b.key() and a.answer == b.answer and b.question.endswith(a.question)
+        shown = dict(re.findall(r'"(\w+)" (\d+)', b.question.split(". ")[0]))
+        assert {k: int(v) for k, v in shown.items()} == b.initial
+        observation = json.loads(Ledger(dict(b.initial)).call(b.calls[0]))
+        if b.kind == "balance":
+            assert str(observation["balance"]) in shown.values()
+        else:
+            amount = b.calls[0].arguments["amount"]
+            assert observation["target_balance"] == int(shown[b.calls[0].arguments["target"]]) + amount
+        # the checklist names the question, not the statement
+        assert "Balances" not in json.dumps(reference_record(b)["checklists"])
+    adapter = LedgerAdapter({"ledger": {"seed": 2, "n_train": 30, "n_test": 10, "show_balances": True}})
+    assert adapter.load_tasks(["test"], 1)[0].first_user.startswith("Balances: ")
+    assert "balances stated" in adapter.versions()["ledger"]
 
 
 def test_a_transfer_left_undone_fails_the_state_check():
