@@ -4,7 +4,9 @@ Warm-starts the tiny model (``envace.serve.tiny_model``, in-process) with ``enva
 mini-batches on the reference records of the ledger's train split, and at the given steps evaluates
 the held-out test split in the real ledger (``envace.train.heldout.task_success``) at two temperatures.
 Prints one Markdown row per evaluation: step, CPU seconds of SFT so far, the last step's loss, success,
-the state check on transfer tasks (the right transfer was made) and the answer check.
+the state check on transfer tasks (the right transfer was made) and the answer check; with ``--fidelity``
+also the test-time rehearsal of the test tasks' reference calls (exact match per task kind, field F1).
+``--show-balances`` words the questions with the balances stated (``benchmarks.ledger.show_balances``).
 
 This is what decides the smoke model and warm-start size of the learning test: the test needs a warm
 start whose held-out success is clearly above 0 and below 1 at the rollout temperature.
@@ -24,7 +26,7 @@ import torch
 from envace.bench.ledger import LedgerAdapter, generate_tasks, reference_record
 from envace.serve.tiny_model import tiny_model_and_tokenizer
 from envace.train.data import normalize_record
-from envace.train.heldout import task_success
+from envace.train.heldout import reference_fidelity, task_success
 from envace.train.warmstart import sft, sft_sequences
 
 
@@ -40,6 +42,21 @@ def held_out(model: torch.nn.Module, tokenizer, adapter: LedgerAdapter, temperat
     return {"success": sum(x["score"] for x in lines) / len(lines),
             "transfer_state": sum(x["subscores"]["state"] for x in transfers) / max(1, len(transfers)),
             "answer": sum(x["subscores"]["answer"] for x in lines) / len(lines)}
+
+
+def fidelity(model: torch.nn.Module, tokenizer, tasks: list, template: str) -> str:
+    """``"exact balance / exact transfer / field F1"`` of test-time rehearsals of the tasks' reference
+    calls (:func:`envace.train.heldout.reference_fidelity`, no reference responses shown)."""
+    kind = {t.task_id: t.kind for t in tasks}
+    pairs = reference_fidelity(model, tokenizer, [reference_record(t) for t in tasks],
+                               enable_thinking=template == "default")
+
+    def exact(k: str) -> float:
+        hits = [p.exact for p in pairs if kind[p.task_id] == k]
+        return sum(hits) / max(1, len(hits))
+
+    f1 = sum(p.field_f1 for p in pairs) / len(pairs)
+    return f"{exact('balance'):.3f} / {exact('transfer'):.3f} / {f1:.3f}"
 
 
 def main() -> None:
@@ -63,6 +80,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="model, data order and sampling seed")
     ap.add_argument("--show-balances", action="store_true",
                     help="ledger questions state the balances (benchmarks.ledger.show_balances)")
+    ap.add_argument("--fidelity", action="store_true",
+                    help="also report test-time rehearsal fidelity at each evaluation (REHEARSE prompt "
+                         "without reference responses, greedy, on the test tasks' reference calls): exact "
+                         "match of balance calls / of transfer calls, and mean field F1")
     ap.add_argument("--init", help="start from this saved model and tokenizer (default: a fresh tiny model)")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
     args = ap.parse_args()
@@ -84,7 +105,10 @@ def main() -> None:
     cols = "success / transfer state / answer"
     points = [(float(t), r) for r in args.eval_templates.split(",") for t in args.temperatures.split(",")]
     head = " | ".join(f"{r} T={t} {cols}" for t, r in points)
-    print(f"| step | SFT s | loss | {head} |\n|---|---|---|" + "---|" * len(points))
+    templates = args.eval_templates.split(",") if args.fidelity else []
+    head += "".join(f" | {r} rehearsal exact balance / exact transfer / field F1" for r in templates)
+    print(f"| step | SFT s | loss | {head} |\n|---|---|---|" + "---|" * (len(points) + len(templates)))
+    test_tasks = generate_tasks(**ledger)["test"]
     eval_at = {int(x) for x in args.eval_at.split(",")}
     spent = [0.0, time.process_time()]  # SFT CPU seconds so far, start of the current stretch
 
@@ -99,6 +123,7 @@ def main() -> None:
         for temperature, template in points:
             r = held_out(model, tokenizer, adapter, temperature, args.samples, args.seed, template)
             cells.append(f"{r['success']:.3f} / {r['transfer_state']:.3f} / {r['answer']:.3f}")
+        cells += [fidelity(model, tokenizer, test_tasks, template) for template in templates]
         print(f"| {step} | {spent[0]:.0f} | {loss:.3f} | {' | '.join(cells)} |", flush=True)
         spent[1] = time.process_time()
 
