@@ -90,8 +90,8 @@ def main() -> None:
     torch.set_num_threads(2)
     ledger = {"seed": 0, "n_train": args.n_train, "n_test": 32, "show_balances": args.show_balances}
     adapter = LedgerAdapter({"ledger": ledger})
-    examples = [normalize_record(reference_record(t), i)
-                for i, t in enumerate(generate_tasks(**ledger)["train"])]
+    tasks = generate_tasks(**ledger)
+    examples = [normalize_record(reference_record(t), i) for i, t in enumerate(tasks["train"])]
     if args.init:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,7 +108,6 @@ def main() -> None:
     templates = args.eval_templates.split(",") if args.fidelity else []
     head += "".join(f" | {r} rehearsal exact balance / exact transfer / field F1" for r in templates)
     print(f"| step | SFT s | loss | {head} |\n|---|---|---|" + "---|" * (len(points) + len(templates)))
-    test_tasks = generate_tasks(**ledger)["test"]
     eval_at = {int(x) for x in args.eval_at.split(",")}
     spent = [0.0, time.process_time()]  # SFT CPU seconds so far, start of the current stretch
 
@@ -123,7 +122,7 @@ def main() -> None:
         for temperature, template in points:
             r = held_out(model, tokenizer, adapter, temperature, args.samples, args.seed, template)
             cells.append(f"{r['success']:.3f} / {r['transfer_state']:.3f} / {r['answer']:.3f}")
-        cells += [fidelity(model, tokenizer, test_tasks, template) for template in templates]
+        cells += [fidelity(model, tokenizer, tasks["test"], template) for template in templates]
         print(f"| {step} | {spent[0]:.0f} | {loss:.3f} | {' | '.join(cells)} |", flush=True)
         spent[1] = time.process_time()
 

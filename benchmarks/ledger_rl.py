@@ -29,14 +29,18 @@ REPO = Path(__file__).resolve().parents[1]
 RUN = "envace_8b"
 
 
+def ledger_spec(args: argparse.Namespace) -> dict:
+    """The ledger's ``benchmarks.ledger.ledger`` entry: the tasks both training and evaluation use."""
+    return {"seed": 0, "n_train": args.n_train, "n_test": args.n_test, "show_balances": args.show_balances}
+
+
 def write_config(args: argparse.Namespace, out: Path) -> Path:
     """``config/smoke.yaml`` with paths under ``out``, the ledger as training data and the run overrides."""
     cfg = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
     cfg["paths"] = {k: str(out / k) for k in cfg["paths"]}
     cfg["benchmarks"]["ledger"] = {
         "package": "envace", "splits": ["test"],
-        "ledger": {"seed": 0, "n_train": args.n_train, "n_test": args.n_test,
-                   "show_balances": args.show_balances},
+        "ledger": ledger_spec(args),
         "aggregate": {"metric": "score", "groups": {"test": {"weight": 1, "splits": ["test"]}}}}
     cfg["training"]["data"]["source"] = str(out / "ledger_train.jsonl")
     cfg["training"]["reward"] = args.reward
@@ -70,7 +74,7 @@ def held_out(model_dir: str, args: argparse.Namespace) -> dict[str, dict[str, li
     from envace.train.heldout import by_task, load_model, reference_fidelity, task_success
 
     model, tokenizer = load_model(model_dir)
-    ledger = {"seed": 0, "n_train": args.n_train, "n_test": args.n_test, "show_balances": args.show_balances}
+    ledger = ledger_spec(args)
     thinking = args.eval_template == "default"
     lines = task_success(model, tokenizer, LedgerAdapter({"ledger": ledger}), samples=args.samples,
                          temperature=args.temperature, seed=0, enable_thinking=thinking)
