@@ -59,10 +59,7 @@ stage() {  # stage NAME LOG CMD...
     fi
 }
 
-read -r tiny_seed tiny_steps tiny_lr tiny_data < <("$PY" -c "import json; c = json.load(open('$WORK/config.json'));
-t = c['tiny_model']; print(t['seed'], t['warmstart_steps'], t['warmstart_lr'], c['training']['data']['source'])")
-stage "tiny model (warm start)" "$WORK/tiny.log" "$ENVACE" tiny-model --out "$WORK/tiny" --seed "$tiny_seed" \
-    --warmstart-data "$tiny_data" --warmstart-steps "$tiny_steps" --warmstart-lr "$tiny_lr"
+stage "tiny model (warm start)" "$WORK/tiny.log" "$ENVACE" tiny-model --out "$WORK/tiny" --config "$WORK/config.json"
 stage "training data" "$WORK/data.log" "$ENVACE" data --config "$WORK/config.json" \
     --out "$WORK/data/cm2_train.parquet" --summary "$WORK/data/summary.json"
 stage "verl main_ppo, 2 steps of envace_8b" "$WORK/train.log" "$ENVACE" train --config "$WORK/config.json" \

@@ -8,6 +8,7 @@ reads, see :mod:`envace.cli.tiny_model`), and each test session copies it: a cod
 it, and one CI run (``make test``, ``tests/slurm``, then the smoke DAG) builds it once.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -30,8 +31,8 @@ def repo_root() -> Path:
 def _warm_args() -> list[str]:
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
     tiny = cfg["tiny_model"]
-    return ["--seed", str(tiny["seed"]), "--warmstart-data", str(ROOT / cfg["training"]["data"]["source"]),
-            "--warmstart-steps", str(tiny["warmstart_steps"]), "--warmstart-lr", str(tiny["warmstart_lr"])]
+    stages = [{**stage, "data": str(ROOT / stage["data"])} for stage in tiny["warmstart"]]
+    return ["--seed", str(tiny["seed"]), "--warmstart", json.dumps(stages)]
 
 
 @pytest.fixture(scope="session")

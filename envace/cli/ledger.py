@@ -2,7 +2,7 @@
 
 The ledger (:mod:`envace.bench.ledger`, ours) generates its tasks from ``benchmarks.ledger`` (``seed``,
 ``n_train``, ``n_test``; the adapter's defaults when the config has no such entry). This command writes
-one split's reference records — what ``envace data`` and ``envace tiny-model --warmstart-data`` read —
+one split's reference records — what ``envace data`` and a ``tiny_model.warmstart`` stage read —
 so the records a model trains on are the tasks the evaluation's other split is disjoint from.
 """
 

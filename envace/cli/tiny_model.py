@@ -2,17 +2,16 @@
 
 Writes a directory loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (see
 :mod:`envace.serve.tiny_model`), then a done-file with what was built. Nothing is downloaded. The build's
-settings come from the config's ``tiny_model`` block (``seed``, ``warmstart_steps``, ``warmstart_lr``,
-``warmstart_batch_rows``) and its warm-start records from ``training.data.source``; a flag given on the
-command line replaces the config's value (the smoke DAG passes them all, from the config). With
-warm-start steps the model is first fine-tuned by SFT (:mod:`envace.train.warmstart`) so it emits
-parseable tool calls and, as a simulated user, plain-text requests; the losses go to the done-file and
-the log.
+settings come from the config's ``tiny_model`` block: ``seed`` and ``warmstart``, a list of SFT stages
+(:class:`envace.train.warmstart.Stage`: records file(s), steps, lr, batch rows, behaviours, renderings)
+run in order so the model emits parseable tool calls, rehearsals and answers and, as a simulated user,
+plain-text requests; ``--seed`` / ``--warmstart JSON`` replace them (the smoke DAG passes both, from the
+config). Each stage's losses go to the done-file and the log.
 
 Build cache (ours, off unless asked for): with ``--cache DIR`` (default: the environment variable
 ``ENVACE_TINY_MODEL_CACHE``) a build is stored as ``DIR/tiny-<key>`` and a later build with the same key
 copies it instead of training again. The key (:func:`build_key`) hashes everything the build reads: the
-seed and warm-start settings, the warm-start records' bytes (not their path), every file of the ``envace``
+seed and warm-start stages, each stage's records' bytes (not their paths), every file of the ``envace``
 package, the torch and transformers versions and torch's thread count (a CPU SFT's float sums depend on
 it). The test suite builds through it, and CI points the smoke DAG at the same folder, so one CI run
 warm-starts the model once; ``make smoke`` without the variable always builds. The done-file says whether
@@ -44,60 +43,58 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="model directory")
     p.add_argument("--done", help="done-file (JSON) written last; default OUT/done.json")
     p.add_argument("--config", default=DEFAULT_CONFIG,
-                   help="config whose tiny_model block and training.data.source give the settings a flag "
-                        "does not (default: %(default)s)")
+                   help="config whose tiny_model block gives the settings no flag gives "
+                        "(default: %(default)s)")
     p.add_argument("--seed", type=int, help="seed of the random weights and the warm start (tiny_model.seed)")
-    p.add_argument("--warmstart-data",
-                   help="CM2 records (JSON/JSONL/parquet) for the SFT warm start (training.data.source)")
-    p.add_argument("--warmstart-steps", type=int, help="SFT steps, 0 = none (tiny_model.warmstart_steps)")
-    p.add_argument("--warmstart-lr", type=float, help="SFT learning rate (tiny_model.warmstart_lr)")
-    p.add_argument("--warmstart-batch-rows", type=int,
-                   help="rows per SFT step, drawn with the seed (tiny_model.warmstart_batch_rows; unset: all "
-                        "rows every step)")
+    p.add_argument("--warmstart", type=_stages_json, metavar="JSON",
+                   help="the warm-start stages as a JSON list (tiny_model.warmstart); '[]' = untrained")
     p.add_argument("--cache", default=os.environ.get(CACHE_ENV) or None,
                    help=f"build cache folder (default ${CACHE_ENV}; unset = always build): a build with "
                         "the same key is copied from DIR/tiny-<key> instead of trained again")
     p.set_defaults(func=run)
 
 
+def _stages_json(text: str) -> list[Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError("a JSON list of stages")
+    return value
+
+
 def resolve_settings(args: argparse.Namespace) -> None:
-    """Fill every setting no flag gave from ``--config`` (``tiny_model``, ``training.data.source``);
-    :class:`envace.common.config.ConfigError` names a setting that neither gives."""
+    """Fill ``args.seed`` and ``args.stages`` (:class:`~envace.train.warmstart.Stage` s) from the flags, else
+    from ``--config``'s ``tiny_model``; :class:`envace.common.config.ConfigError` names a setting
+    neither gives, or a malformed stage (``tiny_model.warmstart[i].key``)."""
     from envace.common.config import ConfigError, load_config
+    from envace.train.warmstart import Stage
 
-    needed = [args.seed, args.warmstart_steps] + ([args.warmstart_lr] if args.warmstart_steps else [])
-    if all(v is not None for v in needed) and (args.warmstart_data or not args.warmstart_steps):
-        return
-    cfg = load_config(args.config)
-    tiny = cfg.get("tiny_model") or {}
-
-    def pick(flag: Any, key: str) -> Any:
-        if flag is not None:
-            return flag
-        if key not in tiny:
-            flag_name = "--" + key.replace("_", "-")
-            raise ConfigError(f"{args.config}: tiny_model.{key} is not set (or pass {flag_name})")
-        return tiny[key]
-
-    args.seed = pick(args.seed, "seed")
-    args.warmstart_steps = pick(args.warmstart_steps, "warmstart_steps")
-    if args.warmstart_steps:
-        args.warmstart_lr = pick(args.warmstart_lr, "warmstart_lr")
-        if args.warmstart_batch_rows is None:
-            args.warmstart_batch_rows = tiny.get("warmstart_batch_rows")
-        args.warmstart_data = args.warmstart_data or cfg["training"]["data"]["source"]
+    stages = args.warmstart
+    if args.seed is None or stages is None:
+        tiny = load_config(args.config).get("tiny_model") or {}
+        for key, flag in (("seed", "--seed"), ("warmstart", "--warmstart")):
+            if getattr(args, key) is None and key not in tiny:
+                raise ConfigError(f"{args.config}: tiny_model.{key} is not set (or pass {flag})")
+        args.seed = tiny["seed"] if args.seed is None else args.seed
+        stages = tiny["warmstart"] if stages is None else stages
+    try:
+        args.stages = [Stage.parse(spec, f"tiny_model.warmstart[{i}]") for i, spec in enumerate(stages)]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def build_key(args: argparse.Namespace) -> str:
     """16 hex digits over everything the build reads (see the module docstring)."""
     import torch
 
-    warm = bool(args.warmstart_data and args.warmstart_steps > 0)
-    h = hashlib.sha256(json.dumps({"seed": args.seed, "steps": args.warmstart_steps if warm else 0,
-                                   "lr": args.warmstart_lr if warm else None,
-                                   "batch_rows": args.warmstart_batch_rows if warm else None}).encode())
-    if warm:
-        h.update(Path(args.warmstart_data).read_bytes())
+    stages = [{k: v for k, v in stage.as_dict().items() if k != "data"} for stage in args.stages]
+    h = hashlib.sha256(json.dumps({"seed": args.seed, "stages": stages}).encode())
+    for stage in args.stages:
+        for path in stage.data:
+            h.update(hashlib.sha256(Path(path).read_bytes()).digest())
+        h.update(b"\0")
     for path in sorted(_PACKAGE.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             h.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes())
@@ -126,36 +123,56 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from envace.serve.tiny_model import build_tiny_model
+    from envace.train.warmstart import sft
 
     out = build_tiny_model(args.out, seed=args.seed)
     model = AutoModelForCausalLM.from_pretrained(out)
     info: dict[str, Any] = {"path": str(out), "seed": args.seed,
-                            "parameters": sum(p.numel() for p in model.parameters())}
-    if args.warmstart_data and args.warmstart_steps > 0:
-        from envace.train.data import convert
-        from envace.train.warmstart import sft, sft_sequences
-
-        tokenizer = AutoTokenizer.from_pretrained(out)
-        examples, summary = convert(args.warmstart_data, tokenizer, max_prompt_tokens=sys.maxsize)
-        if not examples:
-            raise SystemExit(f"tiny-model: no usable CM2 records in {args.warmstart_data} "
-                             f"({len(summary.bad)} bad)")
-        if summary.bad:
-            print(f"tiny-model: skipped {len(summary.bad)} bad records of {args.warmstart_data}", flush=True)
-        rows = sft_sequences(examples, tokenizer)
-        torch.manual_seed(args.seed)
+                            "parameters": sum(p.numel() for p in model.parameters()), "warmstart": []}
+    if not args.stages:
+        return info
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    torch.manual_seed(args.seed)
+    for i, stage in enumerate(args.stages):
+        examples = _examples(stage, tokenizer)
+        rows = stage.rows(examples, tokenizer)
         t0 = time.perf_counter()
-        losses = sft(model, rows, args.warmstart_steps, args.warmstart_lr, tokenizer.pad_token_id,
-                     batch_rows=args.warmstart_batch_rows, seed=args.seed)
-        model.save_pretrained(out)
-        info["warmstart"] = {"data": args.warmstart_data, "examples": len(examples), "rows": len(rows),
-                             "steps": args.warmstart_steps, "lr": args.warmstart_lr,
-                             "batch_rows": args.warmstart_batch_rows,
-                             "loss_first": losses[0], "loss_last": losses[-1],
-                             "seconds": round(time.perf_counter() - t0, 1)}
-        print(f"tiny-model: warm start {len(rows)} rows from {len(examples)} examples, "
-              f"{args.warmstart_steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
+        losses = sft(model, rows, stage.steps, stage.lr, tokenizer.pad_token_id, batch_rows=stage.batch_rows,
+                     seed=args.seed, after_step=_progress(i, stage.steps))
+        info["warmstart"].append({**stage.as_dict(), "examples": len(examples), "rows": len(rows),
+                                  "loss_first": losses[0], "loss_last": losses[-1],
+                                  "seconds": round(time.perf_counter() - t0, 1)})
+        print(f"tiny-model: warm-start stage {i + 1}/{len(args.stages)}: {len(rows)} rows from "
+              f"{len(examples)} examples, {stage.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
+              flush=True)
+    model.save_pretrained(out)
     return info
+
+
+def _examples(stage: Any, tokenizer: Any) -> list[Any]:
+    """The stage's records (every file, in order) as training examples; bad records are skipped and
+    counted, a stage with none is refused."""
+    from envace.train.data import convert
+
+    examples: list[Any] = []
+    for path in stage.data:
+        got, summary = convert(path, tokenizer, max_prompt_tokens=sys.maxsize)
+        if summary.bad:
+            print(f"tiny-model: skipped {len(summary.bad)} bad records of {path}", flush=True)
+        examples.extend(got)
+    if not examples:
+        raise SystemExit(f"tiny-model: no usable CM2 records in {', '.join(stage.data)}")
+    return examples
+
+
+def _progress(index: int, steps: int) -> Any:
+    """A progress line every ~10% of a long stage (SFT of thousands of steps takes minutes)."""
+    every = max(100, steps // 10)
+
+    def report(step: int, loss: float) -> None:
+        if step % every == 0 and step < steps:
+            print(f"tiny-model: stage {index + 1} step {step}/{steps}, loss {loss:.3f}", flush=True)
+    return report
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
         _copy_whole(cached, out)
         info = json.loads((out / "build.json").read_text())
         info.update(path=str(out), cache={"key": key, "hit": True, "folder": str(cached)})
-        if "warmstart" in info:
-            info["warmstart"]["data"] = args.warmstart_data  # same bytes; the path this build was given
+        for stage, done in zip(args.stages, info["warmstart"], strict=True):
+            done["data"] = list(stage.data)  # same bytes; the paths this build was given
         print(f"tiny-model: copied the cached build {cached} (key {key}; no training)", flush=True)
     else:
         info = _build(args)

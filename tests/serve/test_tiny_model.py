@@ -173,15 +173,16 @@ def test_build_cache_hits_on_the_same_key_and_misses_on_another(tmp_path) -> Non
 
     def build(name: str, lr: str) -> dict:
         out = tmp_path / name
-        assert main(["tiny-model", "--out", str(out), "--cache", str(cache), "--warmstart-data", data,
-                     "--warmstart-steps", "1", "--warmstart-lr", lr, "--seed", "0"]) == 0
+        stages = json.dumps([{"data": data, "steps": 1, "lr": float(lr)}])
+        assert main(["tiny-model", "--out", str(out), "--cache", str(cache), "--warmstart", stages,
+                     "--seed", "0"]) == 0
         return json.loads((out / "done.json").read_text())
 
     first, again, other = build("a", "0.01"), build("b", "0.01"), build("c", "0.02")
     assert first["cache"]["hit"] is False and again["cache"]["hit"] is True
     assert again["cache"]["key"] == first["cache"]["key"] != other["cache"]["key"]
     assert other["cache"]["hit"] is False
-    assert again["warmstart"]["loss_first"] == first["warmstart"]["loss_first"]
+    assert again["warmstart"][0]["loss_first"] == first["warmstart"][0]["loss_first"]
     weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in "abc"]
     assert weights[0] == weights[1] != weights[2]
     assert sorted(p.name for p in cache.iterdir()) == sorted(

@@ -1,4 +1,4 @@
-"""The tiny model's SFT warm start (envace.train.warmstart) and `envace tiny-model --warmstart-data`."""
+"""The tiny model's SFT warm start (envace.train.warmstart) and `envace tiny-model --warmstart`."""
 
 import json
 
@@ -87,9 +87,9 @@ def test_response_nll_is_the_full_logits_loss(repo_root):
 def test_tiny_model_command_warm_starts_and_records_it(repo_root, tmp_path, capsys):
     done = tmp_path / "done.json"
     argv = ["tiny-model", "--out", str(tmp_path / "tiny"), "--done", str(done),
-            "--warmstart-data", str(repo_root / FIXTURE), "--warmstart-steps", "3", "--warmstart-lr", "1e-2",
+            "--warmstart", json.dumps([{"data": str(repo_root / FIXTURE), "steps": 3, "lr": 1e-2}]),
             "--seed", "0"]
     assert main(argv) == 0
-    info = json.loads(done.read_text())["warmstart"]
+    [info] = json.loads(done.read_text())["warmstart"]
     assert info["steps"] == 3 and info["rows"] > 0 and info["loss_last"] < info["loss_first"]
-    assert "warm start" in capsys.readouterr().out
+    assert "warm-start stage 1/1" in capsys.readouterr().out

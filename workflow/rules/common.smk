@@ -4,6 +4,7 @@
 # with eval_path).
 import json
 import os
+import shlex
 from pathlib import Path
 
 from envace.common.config import (
@@ -155,19 +156,24 @@ def model_ready(model):
     return []
 
 
+def _warmstart_stages():
+    return CFG.get("tiny_model", {}).get("warmstart", [])
+
+
 def tiny_model_data():
-    """The warm-start records of the tiny model when they are a local file (else nothing to track)."""
-    steps = CFG.get("tiny_model", {}).get("warmstart_steps", 0)
-    return [TRAINING_SOURCE] if steps and TRAINING_SOURCE_FILE is not None else []
+    """The records files of the tiny model's warm-start stages (each stage's data: a file or a list)."""
+    files = []
+    for stage in _warmstart_stages():
+        data = stage["data"]
+        files += [data] if isinstance(data, str) else list(data)
+    return list(dict.fromkeys(files))
 
 
 def tiny_model_args():
+    """`envace tiny-model` flags from the config's tiny_model block (seed, warm-start stages as JSON)."""
     tiny = CFG.get("tiny_model", {})
-    args = f"--seed {tiny.get('seed', 0)} --warmstart-steps {tiny.get('warmstart_steps', 0)}"
-    if tiny.get("warmstart_steps"):
-        source = CFG["training"]["data"]["source"]
-        args += f" --warmstart-data {source} --warmstart-lr {tiny.get('warmstart_lr', 1e-2)}"
-    return args
+    stages = json.dumps(_warmstart_stages(), separators=(",", ":"))
+    return f"--seed {tiny.get('seed', 0)} --warmstart {shlex.quote(stages)}"
 
 
 def model_gpus(model):

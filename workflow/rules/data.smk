@@ -3,7 +3,7 @@
 
 rule build_tiny_model:
     """Smoke scale: build the tiny Qwen3-architecture model and tokenizer in-process (no download), then
-    warm-start it on the CM2 training records so its tool calls parse (config tiny_model).
+    warm-start it by SFT stages on reference records so its tool calls parse (config tiny_model.warmstart).
     """
     input:
         data=tiny_model_data(),
