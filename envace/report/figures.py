@@ -3,6 +3,8 @@
 * fig3 — ablation bars on tau2: standard GRPO, per-role policy, shared EnvACE.
 * fig4 — scaling 1.7B -> 8B, EnvACE vs GRPO, one panel per benchmark (BFCL-v4, tau2).
 * fig5 — checkpoint score vs training step.
+* Figures 3-5 get one more panel (fig5: one more line) per ``evaluation.ours_benchmarks`` entry, titled
+  "(ours)" and without paper points (:func:`points.ours`).
 * fig6 — TTS Overall vs number of rehearsals N (no TTS at N = 0), one panel per mode, one line per
   rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points. On a
   secondary (right) axis, shared by the panels, dashed lines in the rehearser's colour give the mean
@@ -69,33 +71,42 @@ def _paper(ax: Axes, xs: Sequence[float], values: Sequence[float | None], first:
         ax.scatter(*zip(*known, strict=True), **style)
 
 
+def _bench_title(bench: str) -> str:
+    """A panel's benchmark name; ours (``evaluation.ours_benchmarks``) say so."""
+    return bench if bench in points.FIG4_BENCHMARKS or bench == points.FIG3_BENCHMARK else f"{bench} (ours)"
+
+
 def fig3(ctx: ReportContext, fig: Figure) -> None:
-    ax = fig.add_subplot()
-    cells = points.figure3(ctx)
-    names = list(cells)
-    xs = list(range(len(names)))
-    heights = [cells[n].interval.point if cells[n].ok else 0.0 for n in names]
-    ax.bar(xs, heights, color="steelblue", alpha=0.6)
-    _errorbar(ax, xs, [cells[n] for n in names], "ours (95% CI)", fmt="none", ecolor="black")
-    _paper(ax, xs, [ctx.paper["figure3"]["points"].get(n) for n in names])
-    ax.set_xticks(xs, [n.replace("_", " ") for n in names])
-    ax.set_ylabel(f"{points.FIG3_BENCHMARK} average (%)")
-    ax.set_title("Ablation (Figure 3)")
-    ax.legend()
+    benches = [points.FIG3_BENCHMARK, *points.ours(ctx)]
+    axes = fig.subplots(1, len(benches), squeeze=False)[0]
+    for ax, bench in zip(axes, benches, strict=True):
+        cells = points.figure3(ctx, bench)
+        names = list(cells)
+        xs = list(range(len(names)))
+        heights = [cells[n].interval.point if cells[n].ok else 0.0 for n in names]
+        ax.bar(xs, heights, color="steelblue", alpha=0.6)
+        _errorbar(ax, xs, [cells[n] for n in names], "ours (95% CI)", fmt="none", ecolor="black")
+        if bench == points.FIG3_BENCHMARK:
+            _paper(ax, xs, [ctx.paper["figure3"]["points"].get(n) for n in names])
+        ax.set_xticks(xs, [n.replace("_", " ") for n in names])
+        ax.set_ylabel(f"{_bench_title(bench)} average (%)")
+        ax.legend()
+    fig.suptitle("Ablation (Figure 3)")
 
 
 def fig4(ctx: ReportContext, fig: Figure) -> None:
     data = points.figure4(ctx)
     paper = ctx.paper["figure4"]["points"]
-    axes = fig.subplots(1, len(points.FIG4_BENCHMARKS))
-    for ax, bench in zip(axes, points.FIG4_BENCHMARKS, strict=True):
+    benches = [*points.FIG4_BENCHMARKS, *points.ours(ctx)]
+    axes = fig.subplots(1, len(benches), squeeze=False)[0]
+    for ax, bench in zip(axes, benches, strict=True):
         for i, (method, sizes) in enumerate(data.items()):
             labels = list(sizes)
             xs = [j + 0.05 * (i - 0.5) for j in range(len(labels))]
             _errorbar(ax, xs, [sizes[s][bench] for s in labels], method, fmt="-o")
             _paper(ax, xs, [paper.get(method, {}).get(s, {}).get(bench) for s in labels], first=i == 0)
             ax.set_xticks(range(len(labels)), labels)
-        ax.set_title(bench)
+        ax.set_title(_bench_title(bench))
         ax.set_xlabel("model size")
         ax.set_ylabel("score (%)")
         ax.legend()
@@ -103,14 +114,17 @@ def fig4(ctx: ReportContext, fig: Figure) -> None:
 
 
 def fig5(ctx: ReportContext, fig: Figure) -> None:
+    bench = ctx.cfg["evaluation"]["checkpoints"]["benchmark"]
     ax = fig.add_subplot()
-    cells = points.figure5(ctx)
-    steps = list(cells)
-    _errorbar(ax, steps, [cells[s] for s in steps], "ours (95% CI)", fmt="-o")
+    for extra in [None, *points.ours(ctx)]:
+        cells = points.figure5(ctx, extra)
+        steps = list(cells)
+        label = f"ours on {bench} (95% CI)" if extra is None else f"ours on {extra} (ours, 95% CI)"
+        _errorbar(ax, steps, [cells[s] for s in steps], label, fmt="-o")
     known = {int(s): v for s, v in ctx.paper["figure5"]["points"].items()}
     _paper(ax, list(known), list(known.values()))
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"{ctx.cfg['evaluation']['checkpoints']['benchmark']} score (%)")
+    ax.set_ylabel("score (%)" if points.ours(ctx) else f"{bench} score (%)")
     ax.set_title("Training dynamics (Figure 5)")
     ax.legend()
 

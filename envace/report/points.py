@@ -4,6 +4,8 @@
 * Figure 4: BFCL-v4 and tau2 of ``report.fig4`` models (method -> size -> model).
 * Figure 5: score on ``evaluation.checkpoints.benchmark`` at every checkpoint step
   (:meth:`ReportContext.checkpoint_model`).
+* Figures 3-5 also on each of ``evaluation.ours_benchmarks`` (:func:`ours`; ours, no paper points):
+  ``benchmark=`` of :func:`figure3` / :func:`figure5`, the extra keys of :func:`figure4`.
 * Figure 6: Overall (mean of ``tts.benchmarks``) of every TTS setting ``{mode}_n{N}_{rehearser}`` and of
   ``no_tts`` (drawn at N = 0); beside it the context length of every TTS setting
   (:func:`figure6_context`: mean final-execution context and rehearsal memory tokens, per benchmark and
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+from envace.common.config import ours_benchmarks
 from envace.report.context import Cell, ReportContext
 from envace.report.tts_context import OVERALL, ContextStats, overall
 
@@ -19,25 +22,29 @@ FIG3_BENCHMARK = "tau2"
 FIG4_BENCHMARKS = ("bfcl_v4", "tau2")
 
 
-def figure3(ctx: ReportContext) -> dict[str, Cell]:
-    return {
-        point: ctx.mean("eval", model, [FIG3_BENCHMARK]) for point, model in ctx.cfg["report"]["fig3"].items()
-    }
+def ours(ctx: ReportContext) -> list[str]:
+    """``evaluation.ours_benchmarks`` (:func:`envace.common.config.ours_benchmarks`)."""
+    return ours_benchmarks(ctx.cfg)
+
+
+def figure3(ctx: ReportContext, benchmark: str = FIG3_BENCHMARK) -> dict[str, Cell]:
+    return {point: ctx.mean("eval", model, [benchmark]) for point, model in ctx.cfg["report"]["fig3"].items()}
 
 
 def figure4(ctx: ReportContext) -> dict[str, dict[str, dict[str, Cell]]]:
-    """method -> size -> benchmark -> cell."""
+    """method -> size -> benchmark (:data:`FIG4_BENCHMARKS`, then :func:`ours`) -> cell."""
+    benches = [*FIG4_BENCHMARKS, *ours(ctx)]
     return {
-        method: {
-            size: {b: ctx.mean("eval", model, [b]) for b in FIG4_BENCHMARKS} for size, model in sizes.items()
-        }
+        method: {size: {b: ctx.mean("eval", model, [b]) for b in benches} for size, model in sizes.items()}
         for method, sizes in ctx.cfg["report"]["fig4"].items()
     }
 
 
-def figure5(ctx: ReportContext) -> dict[int, Cell]:
+def figure5(ctx: ReportContext, benchmark: str | None = None) -> dict[int, Cell]:
+    """step -> cell on ``benchmark`` (default ``evaluation.checkpoints.benchmark``)."""
     ckpt = ctx.cfg["evaluation"]["checkpoints"]
-    return {step: ctx.mean("eval", ctx.checkpoint_model(step), [ckpt["benchmark"]]) for step in ckpt["steps"]}
+    bench = benchmark or ckpt["benchmark"]
+    return {step: ctx.mean("eval", ctx.checkpoint_model(step), [bench]) for step in ckpt["steps"]}
 
 
 def figure6(ctx: ReportContext) -> tuple[Cell, dict[tuple[str, str], dict[int, Cell]]]:

@@ -5,6 +5,8 @@
   a benchmark-stratified interval. For each benchmark with ``aggregate.method: bfcl_eval`` a note says
   which Overall its values are (:func:`envace.report.evaluations.describe_overall`: ``leaderboard Overall``
   or ``re-weighted, without ...``), one per distinct description, naming the rows when they differ.
+  Each of ``evaluation.ours_benchmarks`` (ours, no paper column: the ledger) is one more column after
+  Overall (the ledger's title has a dagger), never in Overall; a note says so.
 * Table 2: rows = ``evaluation.table2.models``; columns = the benchmark's ``aggregate.metrics`` (FinMCP:
   tp, tr, tf1), averaged as ``aggregate.average`` says (default ``micro``: the metrics of the tool counts
   summed over samples, the paper's definition). A micro table also carries the macro values (means of
@@ -31,6 +33,7 @@ from typing import Any
 
 import pandas as pd
 
+from envace.common.config import ours_benchmarks
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, tables_dir
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
@@ -47,6 +50,7 @@ TITLES = {
     "tf1": ("TF1", "TF1"),
     "bfcl_multi_turn": ("BFCL MT", "BFCL MT"),
     "delta": ("Δ vs no TTS", r"$\Delta$ vs no TTS"),
+    "ledger": ("Ledger†", r"Ledger$^\dagger$"),
 }
 NOT_IN_CONFIG = "no model with this label in the config"
 
@@ -93,16 +97,22 @@ def _model_rows(ctx: ReportContext, name: str, columns: list[str], cells: Callab
 
 def build_table1(ctx: ReportContext) -> Table:
     benches = list(ctx.cfg["evaluation"]["table1"]["benchmarks"])
-    columns = [*benches, "overall"]
+    ours = ours_benchmarks(ctx.cfg)
+    columns = [*benches, "overall", *ours]
 
     def cells(model: str) -> dict[str, Cell | None]:
         out: dict[str, Cell | None] = {b: ctx.mean("eval", model, [b]) for b in benches}
         out["overall"] = ctx.mean("eval", model, benches)
+        out.update({b: ctx.mean("eval", model, [b]) for b in ours})
         return out
 
     table = Table("table1", ctx.paper["table1"]["caption"], columns, _decimals(ctx, "table1", columns))
     table.rows = _model_rows(ctx, "table1", columns, cells)
     table.notes += _overall_notes(ctx, benches, table.rows)
+    if ours:
+        titles = ", ".join(TITLES.get(b, (b,))[0] for b in ours)
+        table.notes.append(f"{titles}: ours (evaluation.ours_benchmarks): not a paper benchmark, so no paper "
+                           "value; not in Overall.")
     return table
 
 

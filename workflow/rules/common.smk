@@ -13,6 +13,7 @@ from envace.common.config import (
     eval_hash,
     evaluation_pairs,
     figure5_models,
+    ours_benchmarks,
     training_key,
     tts_hash,
 )
@@ -38,6 +39,7 @@ def _training_source():
 
 
 TRAINING_SOURCE, TRAINING_SOURCE_FILE = _training_source()
+OURS = ours_benchmarks(CFG)  # our benchmarks beside the paper's (Table 1, Figures 3-5)
 RESULTS = CFG["paths"]["results"]
 FIGURES = CFG["paths"]["figures"]
 MODELS_DIR = CFG["paths"]["models"]
@@ -222,10 +224,11 @@ def tts_rehearser_ready(setting):
 def table_inputs(table):
     if table in ("table1", "table2"):
         block = CFG["evaluation"][table]
+        ours = OURS if table == "table1" else []
         return [
             f
             for m in block["models"]
-            for b in block["benchmarks"]
+            for b in [*block["benchmarks"], *ours]
             for f in eval_files(m, b)
         ]
     if table == "table3":
@@ -241,16 +244,27 @@ def table_inputs(table):
 def figure_inputs(figure):
     if figure == "fig3":
         return [
-            f for m in CFG["report"]["fig3"].values() for f in eval_files(m, "tau2")
+            f
+            for m in CFG["report"]["fig3"].values()
+            for b in ["tau2", *OURS]
+            for f in eval_files(m, b)
         ]
     if figure == "fig4":
         models = [m for sizes in CFG["report"]["fig4"].values() for m in sizes.values()]
         return [
-            f for m in models for b in ("bfcl_v4", "tau2") for f in eval_files(m, b)
+            f
+            for m in models
+            for b in ["bfcl_v4", "tau2", *OURS]
+            for f in eval_files(m, b)
         ]
     if figure == "fig5":
-        bench = CFG["evaluation"]["checkpoints"]["benchmark"]
-        return [f for m in figure5_models(CFG).values() for f in eval_files(m, bench)]
+        benches = [CFG["evaluation"]["checkpoints"]["benchmark"], *OURS]
+        return [
+            f
+            for m in figure5_models(CFG).values()
+            for b in benches
+            for f in eval_files(m, b)
+        ]
     if figure == "fig6":
         return [
             f
