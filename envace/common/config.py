@@ -105,6 +105,11 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         flat = block.values() if fig == "fig3" else [m for sizes in block.values() for m in sizes.values()]
         for mid in flat:
             need("model", mid, models, f"report.{fig}")
+    learning = cfg["report"].get("learning")
+    if learning:
+        table1 = cfg["evaluation"]["table1"]["models"]
+        for mid in [learning["base"], *learning["models"]]:
+            need("Table 1 model", mid, table1, "report.learning")
     fidelity = cfg["report"].get("fidelity", {})
     for mid in fidelity.get("models", []):
         need("model", mid, models, "report.fidelity.models")

@@ -246,6 +246,30 @@ def claim_results(ctx: ReportContext) -> list[dict]:
     return out
 
 
+def learning_results(ctx: ReportContext) -> list[dict]:
+    """``report.learning`` on each ``evaluation.ours_benchmarks`` entry: per trained model, its score and
+    the base model's, and ``trained - base`` paired over tasks with its interval (percent); ``status``
+    RISES (interval above 0), NO_RISE, or MISSING (an evaluation is absent or partial)."""
+    spec = ctx.cfg["report"].get("learning")
+    out: list[dict] = []
+    for bench in points.ours(ctx) if spec else []:
+        base = ctx.mean("eval", spec["base"], [bench])
+        for model in spec["models"]:
+            trained = ctx.mean("eval", model, [bench])
+            gain = ctx.cell("eval", [(1.0, model), (-1.0, spec["base"])], [bench])
+            run = ctx.cfg["training"]["runs"].get(ctx.cfg["models"][model].get("run"), {})
+            entry = {"model": model, "base_model": spec["base"], "benchmark": bench,
+                     "training_seed": run.get("seed"),  # None: verl's defaults
+                     "base": base.interval.point if base.ok else None,
+                     "trained": trained.interval.point if trained.ok else None}
+            if gain.ok:
+                entry.update(gain.interval.as_dict(), status="RISES" if gain.interval.low > 0 else "NO_RISE")
+            else:
+                entry.update(missing=list(gain.missing), status="MISSING")
+            out.append(entry)
+    return out
+
+
 def build_diff(ctx: ReportContext) -> dict[str, Any]:
     entries = table_entries(ctx) + figure_entries(ctx)
     claims = claim_results(ctx)
@@ -256,6 +280,7 @@ def build_diff(ctx: ReportContext) -> dict[str, Any]:
         "claim_counts": dict(Counter(c["status"] for c in claims)),
         "entries": entries,
         "claims": claims,
+        "learning": learning_results(ctx),
     }
 
 
@@ -284,6 +309,16 @@ def to_markdown(diff: dict[str, Any]) -> str:
             else:
                 bounds = f"[{comp['ci_low']:+.2f}, {comp['ci_high']:+.2f}]"
                 lines.append(f"  - {comp['comparison']}: {comp['point']:+.2f} {bounds}")
+    if diff.get("learning"):
+        lines += ["", "## Learning on our benchmarks (ours: report.learning)", "",
+                  "| benchmark | model | training seed | base | trained | gain | 95% CI | status |",
+                  "|---" * 8 + "|"]
+        for e in diff["learning"]:
+            gain = "—" if e["status"] == "MISSING" else f"{e['point']:+.2f}"
+            ci = "—" if e["status"] == "MISSING" else f"[{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]"
+            seed = "verl default" if e["training_seed"] is None else e["training_seed"]
+            lines.append(f"| {e['benchmark']} | {e['model']} | {seed} | {_num(e['base'], 2)} "
+                         f"| {_num(e['trained'], 2)} | {gain} | {ci} | {e['status']} |")
     return "\n".join(lines) + "\n"
 
 

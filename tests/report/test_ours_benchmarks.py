@@ -8,12 +8,14 @@ panel of Figures 3-4 and line of Figure 5, and the evaluation claims are checked
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
 from envace.common.config import ConfigError, evaluation_pairs, figure5_models, load_config
+from envace.common.results import eval_path
 from envace.report import points
 from envace.report.context import ReportContext
 from envace.report.diff import ON_OURS, claim_results
@@ -95,3 +97,36 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         path.write_text(yaml.safe_dump(bad))
         with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
             load_config(path)
+
+
+def test_learning_section_pairs_each_trained_model_with_the_base(ours_cfg: dict, results_copy: Path,
+                                                                 rewrite) -> None:
+    """report.learning: trained - base on each ours benchmark, paired over tasks; RISES only when the
+    interval is above 0; MISSING names the absent evaluation."""
+    from envace.report.diff import build_diff, learning_results, to_markdown
+
+    cfg = copy.deepcopy(ours_cfg)
+    cfg["report"]["learning"] = {"base": "qwen3_8b", "models": ["envace_8b", "grpo_8b", "per_role_8b"]}
+    rewrite(results_copy, "eval", "qwen3_8b", "vitabench", 0.0)
+    rewrite(results_copy, "eval", "envace_8b", "vitabench", 1.0)
+    rewrite(results_copy, "eval", "grpo_8b", "vitabench", 0.0)
+    shutil.rmtree(eval_path(results_copy, "per_role_8b", "vitabench", 0).parent)
+    ctx = ReportContext(cfg, results_copy, resamples=200)
+    got = {e["model"]: e for e in learning_results(ctx)}
+    assert got["envace_8b"]["status"] == "RISES" and got["envace_8b"]["point"] == pytest.approx(100.0)
+    envace = got["envace_8b"]
+    assert (envace["base"], envace["trained"], envace["training_seed"]) == (0, 100, None)  # no seed: verl's
+    assert got["grpo_8b"]["status"] == "NO_RISE" and got["grpo_8b"]["training_seed"] is None
+    assert got["per_role_8b"]["status"] == "MISSING" and got["per_role_8b"]["missing"]
+    text = to_markdown(build_diff(ctx))
+    assert "## Learning on our benchmarks" in text
+    assert "| vitabench | envace_8b | verl default | 0.00 | 100.00 | +100.00" in text
+
+
+def test_learning_names_an_unknown_model(tmp_path: Path) -> None:
+    raw = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    raw["report"]["learning"] = {"base": "qwen3_8b", "models": ["envace_99b"]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"report\.learning' names unknown Table 1 model 'envace_99b'"):
+        load_config(path)

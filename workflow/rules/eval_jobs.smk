@@ -7,7 +7,9 @@ from envace.common.config import figure5_models
 
 
 def eval_blocks():
-    """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds."""
+    """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds;
+    Table 1's models and Figure 5's checkpoints also run evaluation.ours_benchmarks (OURS).
+    """
     ckpt = CFG["evaluation"]["checkpoints"]
     # Figure 5's intermediate checkpoints; its last step is the final model, evaluated by its own block
     checkpoints = [
@@ -17,9 +19,10 @@ def eval_blocks():
         t: (CFG["evaluation"][t]["models"], CFG["evaluation"][t]["benchmarks"])
         for t in ("table1", "table2")
     }
+    blocks["table1"] = (blocks["table1"][0], [*blocks["table1"][1], *OURS])
     blocks["checkpoints"] = (
         checkpoints,
-        [ckpt["benchmark"]],
+        [ckpt["benchmark"], *OURS],
     )
     return blocks
 
