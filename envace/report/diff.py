@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envace.common.config import ours_benchmarks
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, diff_paths
 from envace.report import points
@@ -224,7 +225,8 @@ def claim_results(ctx: ReportContext) -> list[dict]:
     specs = load_claims(ctx.paper)
     out = []
     runs = [(claim, None) for claim in ctx.paper["claims"]]
-    runs += [(c, bench) for bench in points.ours(ctx) for c in ctx.paper["claims"] if c["id"] in ON_OURS]
+    ours = [c for c in ctx.paper["claims"] if c["id"] in ON_OURS]
+    runs += [(claim, bench) for bench in ours_benchmarks(ctx.cfg) for claim in ours]
     for claim, bench in runs:
         spec = specs.get(claim["id"], {})
         check = CLAIMS.get(claim["id"])
@@ -252,7 +254,7 @@ def learning_results(ctx: ReportContext) -> list[dict]:
     RISES (interval above 0), NO_RISE, or MISSING (an evaluation is absent or partial)."""
     spec = ctx.cfg["report"].get("learning")
     out: list[dict] = []
-    for bench in points.ours(ctx) if spec else []:
+    for bench in ours_benchmarks(ctx.cfg) if spec else []:
         base = ctx.mean("eval", spec["base"], [bench])
         for model in spec["models"]:
             trained = ctx.mean("eval", model, [bench])

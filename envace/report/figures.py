@@ -4,7 +4,7 @@
 * fig4 — scaling 1.7B -> 8B, EnvACE vs GRPO, one panel per benchmark (BFCL-v4, tau2).
 * fig5 — checkpoint score vs training step.
 * Figures 3-5 get one more panel (fig5: one more line) per ``evaluation.ours_benchmarks`` entry, titled
-  "(ours)" and without paper points (:func:`points.ours`).
+  "(ours)" and without paper points (:func:`envace.common.config.ours_benchmarks`).
 * fig6 — TTS Overall vs number of rehearsals N (no TTS at N = 0), one panel per mode, one line per
   rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points. On a
   secondary (right) axis, shared by the panels, dashed lines in the rehearser's colour give the mean
@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from envace.common.config import ours_benchmarks
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, figure_path  # noqa: E402
 from envace.report import points, tts_context  # noqa: E402
@@ -77,7 +78,7 @@ def _bench_title(bench: str) -> str:
 
 
 def fig3(ctx: ReportContext, fig: Figure) -> None:
-    benches = [points.FIG3_BENCHMARK, *points.ours(ctx)]
+    benches = [points.FIG3_BENCHMARK, *ours_benchmarks(ctx.cfg)]
     axes = fig.subplots(1, len(benches), squeeze=False)[0]
     for ax, bench in zip(axes, benches, strict=True):
         cells = points.figure3(ctx, bench)
@@ -97,7 +98,7 @@ def fig3(ctx: ReportContext, fig: Figure) -> None:
 def fig4(ctx: ReportContext, fig: Figure) -> None:
     data = points.figure4(ctx)
     paper = ctx.paper["figure4"]["points"]
-    benches = [*points.FIG4_BENCHMARKS, *points.ours(ctx)]
+    benches = [*points.FIG4_BENCHMARKS, *ours_benchmarks(ctx.cfg)]
     axes = fig.subplots(1, len(benches), squeeze=False)[0]
     for ax, bench in zip(axes, benches, strict=True):
         for i, (method, sizes) in enumerate(data.items()):
@@ -116,7 +117,7 @@ def fig4(ctx: ReportContext, fig: Figure) -> None:
 def fig5(ctx: ReportContext, fig: Figure) -> None:
     bench = ctx.cfg["evaluation"]["checkpoints"]["benchmark"]
     ax = fig.add_subplot()
-    for extra in [None, *points.ours(ctx)]:
+    for extra in [None, *ours_benchmarks(ctx.cfg)]:
         cells = points.figure5(ctx, extra)
         steps = list(cells)
         label = f"ours on {bench} (95% CI)" if extra is None else f"ours on {extra} (ours, 95% CI)"
@@ -124,7 +125,7 @@ def fig5(ctx: ReportContext, fig: Figure) -> None:
     known = {int(s): v for s, v in ctx.paper["figure5"]["points"].items()}
     _paper(ax, list(known), list(known.values()))
     ax.set_xlabel("training step")
-    ax.set_ylabel("score (%)" if points.ours(ctx) else f"{bench} score (%)")
+    ax.set_ylabel("score (%)" if ours_benchmarks(ctx.cfg) else f"{bench} score (%)")
     ax.set_title("Training dynamics (Figure 5)")
     ax.legend()
 

@@ -4,7 +4,7 @@
 * Figure 4: BFCL-v4 and tau2 of ``report.fig4`` models (method -> size -> model).
 * Figure 5: score on ``evaluation.checkpoints.benchmark`` at every checkpoint step
   (:meth:`ReportContext.checkpoint_model`).
-* Figures 3-5 also on each of ``evaluation.ours_benchmarks`` (:func:`ours`; ours, no paper points):
+* Figures 3-5 also on each of ``evaluation.ours_benchmarks`` (ours, no paper points):
   ``benchmark=`` of :func:`figure3` / :func:`figure5`, the extra keys of :func:`figure4`.
 * Figure 6: Overall (mean of ``tts.benchmarks``) of every TTS setting ``{mode}_n{N}_{rehearser}`` and of
   ``no_tts`` (drawn at N = 0); beside it the context length of every TTS setting
@@ -22,18 +22,13 @@ FIG3_BENCHMARK = "tau2"
 FIG4_BENCHMARKS = ("bfcl_v4", "tau2")
 
 
-def ours(ctx: ReportContext) -> list[str]:
-    """``evaluation.ours_benchmarks`` (:func:`envace.common.config.ours_benchmarks`)."""
-    return ours_benchmarks(ctx.cfg)
-
-
 def figure3(ctx: ReportContext, benchmark: str = FIG3_BENCHMARK) -> dict[str, Cell]:
     return {point: ctx.mean("eval", model, [benchmark]) for point, model in ctx.cfg["report"]["fig3"].items()}
 
 
 def figure4(ctx: ReportContext) -> dict[str, dict[str, dict[str, Cell]]]:
-    """method -> size -> benchmark (:data:`FIG4_BENCHMARKS`, then :func:`ours`) -> cell."""
-    benches = [*FIG4_BENCHMARKS, *ours(ctx)]
+    """method -> size -> benchmark (:data:`FIG4_BENCHMARKS`, then ``evaluation.ours_benchmarks``) -> cell."""
+    benches = [*FIG4_BENCHMARKS, *ours_benchmarks(ctx.cfg)]
     return {
         method: {size: {b: ctx.mean("eval", model, [b]) for b in benches} for size, model in sizes.items()}
         for method, sizes in ctx.cfg["report"]["fig4"].items()

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envace.common.config import ConfigError, evaluation_pairs, figure5_models, load_config
+from envace.common.config import ConfigError, evaluation_pairs, figure5_models, load_config, ours_benchmarks
 from envace.common.results import eval_path
-from envace.report import points
 from envace.report.context import ReportContext
 from envace.report.diff import ON_OURS, claim_results
 from envace.report.figures import FIGURES
@@ -62,7 +61,7 @@ def test_table1_shows_ours_beside_and_keeps_it_out_of_overall(ctx: ReportContext
 def test_figures_get_a_panel_per_ours_benchmark(ctx: ReportContext) -> None:
     import matplotlib.pyplot as plt
 
-    assert points.ours(ctx) == ["vitabench"]
+    assert ours_benchmarks(ctx.cfg) == ["vitabench"]
     for name, panels in (("fig3", 2), ("fig4", 3)):
         fig = plt.figure()
         FIGURES[name](ctx, fig)

@@ -23,7 +23,7 @@ from envace.common.results import FIGURE_FILES, eval_path, tts_path
 CFG = complete_config(config, source="snakemake config")
 
 
-def _training_source():
+def _check_training_source():
     """training.data.source, checked at planning time: a local path must be an existing file (a Hugging
     Face dataset id is left to `envace data`). Fails the plan with the key and the path, not a job later.
     """
@@ -35,10 +35,9 @@ def _training_source():
             f"config key training.data.source: the local training data file '{source}' {what} "
             f"(looked for {path.resolve()}); fix the path, or give a Hugging Face dataset id"
         )
-    return source, path
 
 
-TRAINING_SOURCE, TRAINING_SOURCE_FILE = _training_source()
+_check_training_source()
 OURS = ours_benchmarks(CFG)  # our benchmarks beside the paper's (Table 1, Figures 3-5)
 RESULTS = CFG["paths"]["results"]
 FIGURES = CFG["paths"]["figures"]
