@@ -132,20 +132,24 @@ def test_tiny_model_settings_come_from_the_config(tmp_path):
     assert stage.behaviours == ("act", "answer", "user", "rehearse")
     assert stage.renderings == ("plain", "no_thinking")
     b = args(seed=7, warmstart=[
-        {"data": "x.jsonl", "steps": 3, "lr": 0.5, "behaviours": ["act"], "renderings": ["plain"]},
+        {"data": "x.jsonl", "steps": 3, "lr": 0.5, "behaviours": ["act"], "renderings": ["plain"],
+         "omit_tool_list": True},
         {"data": ["x.jsonl", "y.jsonl"], "steps": 1, "lr": 1}])
     resolve_settings(b)
-    assert b.seed == 7 and [(s.data, s.steps, s.behaviours) for s in b.stages] == [
-        (("x.jsonl",), 3, ("act",)), (("x.jsonl", "y.jsonl"), 1, ("act", "answer", "user", "rehearse"))]
+    assert b.seed == 7 and [(s.data, s.steps, s.behaviours, s.omit_tool_list) for s in b.stages] == [
+        (("x.jsonl",), 3, ("act",), True), (("x.jsonl", "y.jsonl"), 1, ("act", "answer", "user", "rehearse"), False)]
     c = args(warmstart=[])
     resolve_settings(c)
     assert c.stages == []
     with pytest.raises(ConfigError, match="tiny_model.seed is not set"):
         resolve_settings(args(config="config/config.yaml"))
-    for stage, key in [({"steps": 1, "lr": 1}, r"warmstart\[0\]\.data is not set"),
-                       ({"data": "x", "steps": 0, "lr": 1}, r"warmstart\[0\]\.steps must be"),
-                       ({"data": "x", "steps": 1, "lr": 1, "behaviours": ["dance"]}, r"\.behaviours must be"),
-                       ({"data": "x", "steps": 1, "lr": 1, "renderings": []}, r"\.renderings must be"),
-                       ({"data": "x", "steps": 1, "lr": 1, "epochs": 2}, r"unknown keys \['epochs'\]")]:
+    for stage, key in [({"steps": 1, "lr": 1}, r"warmstart\[0\]: 'data' is a required property"),
+                       ({"data": "x", "steps": 0, "lr": 1}, r"warmstart\[0\]\.steps: 0 is less than"),
+                       ({"data": "x", "steps": 1, "lr": 1, "behaviours": ["dance"]},
+                        r"\.behaviours\.0: 'dance' is not one of"),
+                       ({"data": "x", "steps": 1, "lr": 1, "renderings": []}, r"\.renderings: \[\] should be non-empty"),
+                       ({"data": "x", "steps": 1, "lr": 1, "omit_tool_list": "yes"}, r"\.omit_tool_list: 'yes' is not"),
+                       ({"data": "x", "steps": 1, "lr": 1, "epochs": 2}, r"'epochs' was unexpected"),
+                       ("x.jsonl", r"warmstart\[0\]: 'x.jsonl' is not of type 'object'")]:
         with pytest.raises(ConfigError, match=key):
             resolve_settings(args(warmstart=[stage]))

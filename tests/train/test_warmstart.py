@@ -46,6 +46,26 @@ def test_sequences_teach_calls_rehearsals_answers_and_user_text(repo_root):
     assert all(ids[-1] == tok.eos_token_id and 0 < p < len(ids) for ids, p in rows)
 
 
+def test_omitting_the_tool_list_shortens_only_acting_and_answering_rows(repo_root):
+    """The curriculum rendering: act/answer prompts lose the system turn's tool list and nothing else
+    (same responses, same rows otherwise); REHEARSE and user rows are the same token for token."""
+    _, tok = tiny_model_and_tokenizer()
+    examples = _examples(repo_root)
+    full, short = sft_sequences(examples, tok), sft_sequences(examples, tok, tool_list=False)
+    assert len(full) == len(short)
+    changed = 0
+    for (ids, p), (ids_s, p_s) in zip(full, short, strict=True):
+        assert ids[p:] == ids_s[p_s:]  # the same target
+        prompt, prompt_s = tok.decode(ids[:p]), tok.decode(ids_s[:p_s])
+        if "<tools>" in prompt and "# Call to execute" not in prompt:
+            changed += 1
+            assert "<tools>" not in prompt_s and len(ids_s) < len(ids)
+            assert prompt_s.split("<|im_start|>user", 1)[1] == prompt.split("<|im_start|>user", 1)[1]
+        else:
+            assert ids_s == ids
+    assert changed == 2 * 2 * sum(1 for ex in examples if ex.reference_calls)  # act + answer, 2 renderings
+
+
 def test_a_later_rehearsal_row_continues_the_first_ones_chat(repo_root):
     _, tok = tiny_model_and_tokenizer()
     ex = next(ex for ex in _examples(repo_root) if len(ex.reference_calls) > 1)
