@@ -118,8 +118,10 @@ def main() -> None:
     config = write_config(args, out)
     records, parquet = out / "ledger_train.jsonl", out / "data/ledger_train.parquet"
     envace("ledger-records", "--config", str(config), "--split", "train", "--out", str(records))
+    # a held-out validation parquet (training.data.val_examples records) where `envace train` looks for it:
+    # without one verl validates on the whole training set after the last step (~3 min for 512 records)
     envace("data", "--config", str(config), "--out", str(parquet),
-           "--summary", str(out / "data/summary.json"))
+           "--val-out", str(out / "data/cm2_val.parquet"), "--summary", str(out / "data/summary.json"))
     print(f"training {args.steps} steps (log: {out / 'train.log'}) ...", file=sys.stderr, flush=True)
     envace("train", "--config", str(config), "--run", RUN, "--checkpoint-dir", str(out / "ckpt"),
            "--done", str(out / "done.json"), "--data", str(parquet), log=out / "train.log")

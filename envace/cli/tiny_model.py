@@ -133,8 +133,11 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         return info
     tokenizer = AutoTokenizer.from_pretrained(out)
     torch.manual_seed(args.seed)
+    converted: dict[tuple[str, ...], list[Any]] = {}  # stages on the same records convert them once
     for i, stage in enumerate(args.stages):
-        examples = _examples(stage, tokenizer)
+        if stage.data not in converted:
+            converted[stage.data] = _examples(stage, tokenizer)
+        examples = converted[stage.data]
         rows = stage.rows(examples, tokenizer)
         t0 = time.perf_counter()
         losses = sft(model, rows, stage.steps, stage.lr, tokenizer.pad_token_id, batch_rows=stage.batch_rows,

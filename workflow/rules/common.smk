@@ -19,6 +19,7 @@ from envace.common.config import (
 )
 from envace.train.data import local_source_path
 from envace.common.results import FIGURE_FILES, eval_path, tts_path
+from envace.report.points import FIG3_BENCHMARK, FIG4_BENCHMARKS
 
 CFG = complete_config(config, source="snakemake config")
 
@@ -245,7 +246,7 @@ def figure_inputs(figure):
         return [
             f
             for m in CFG["report"]["fig3"].values()
-            for b in ["tau2", *OURS]
+            for b in [FIG3_BENCHMARK, *OURS]
             for f in eval_files(m, b)
         ]
     if figure == "fig4":
@@ -253,7 +254,7 @@ def figure_inputs(figure):
         return [
             f
             for m in models
-            for b in ["bfcl_v4", "tau2", *OURS]
+            for b in [*FIG4_BENCHMARKS, *OURS]
             for f in eval_files(m, b)
         ]
     if figure == "fig5":
