@@ -172,3 +172,38 @@ def test_rendered_sbatch_line(repo_root, target, rule, expected, absent):
         assert flag in line, line
     for flag in absent:
         assert flag not in line, line
+
+
+def test_ledger_records_are_made_where_the_config_names_them(repo_root, tmp_path):
+    """A warm-start stage and training.data.source may name the ledger's records under paths.data: the
+    plan then writes them once (rule ledger_records) before the tiny model and the training parquet,
+    although the file does not exist yet; the smoke config itself names none."""
+    import yaml
+
+    cfg = yaml.safe_load((repo_root / "config/smoke.yaml").read_text())
+    cfg["paths"] = {k: str(tmp_path / k) for k in cfg["paths"]}  # nothing made by a local smoke run
+    records = f"{cfg['paths']['data']}/ledger_train.jsonl"
+    cfg["benchmarks"]["ledger"] = {"package": "envace", "splits": ["test"],
+                                   "ledger": {"seed": 0, "n_train": 8, "n_test": 4},
+                                   "aggregate": {"metric": "score",
+                                                 "groups": {"test": {"weight": 1, "splits": ["test"]}}}}
+    cfg["tiny_model"]["warmstart"].append({"data": records, "steps": 1, "lr": 1e-2})
+    cfg["training"]["data"]["source"] = records
+    config = tmp_path / "ledger.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for target, expected in [(f"{cfg['paths']['models']}/tiny/done.json",
+                              {"ledger_records": 1, "build_tiny_model": 1}),
+                             (f"{cfg['paths']['data']}/cm2_train.parquet",
+                              {"ledger_records": 1, "prepare_training_data": 1})]:
+        rc, out = dry_run(repo_root, target, "--configfile", str(config))
+        assert rc == 0, out
+        counts = job_counts(out)
+        counts.pop("total")
+        assert counts == expected
+    # a source that neither exists nor is made by the DAG still fails the plan, naming the key
+    cfg["training"]["data"]["source"] = f"{cfg['paths']['data']}/ledger_valid.jsonl"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    rc, out = dry_run(repo_root, "all", "--configfile", str(config))
+    assert rc != 0 and "training.data.source" in out and "does not exist" in out
+    rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml")
+    assert rc == 0 and "ledger_records" not in job_counts(out), out

@@ -24,21 +24,6 @@ from envace.report.points import FIG3_BENCHMARK, FIG4_BENCHMARKS
 CFG = complete_config(config, source="snakemake config")
 
 
-def _check_training_source():
-    """training.data.source, checked at planning time: a local path must be an existing file (a Hugging
-    Face dataset id is left to `envace data`). Fails the plan with the key and the path, not a job later.
-    """
-    source = CFG["training"]["data"]["source"]
-    path = local_source_path(source)
-    if path is not None and not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "does not exist"
-        raise ValueError(
-            f"config key training.data.source: the local training data file '{source}' {what} "
-            f"(looked for {path.resolve()}); fix the path, or give a Hugging Face dataset id"
-        )
-
-
-_check_training_source()
 OURS = ours_benchmarks(CFG)  # our benchmarks beside the paper's (Table 1, Figures 3-5)
 RESULTS = CFG["paths"]["results"]
 FIGURES = CFG["paths"]["figures"]
@@ -52,6 +37,42 @@ IS_SMOKE = CFG["scale"] == "smoke"
 TINY_MODEL = f"{MODELS_DIR}/tiny"
 # The cluster environment (used with `--sdm conda`); on CPU the project's .venv provides everything.
 CONDA_ENV = "../../environment.yml"
+
+
+def ledger_records_file(split):
+    """The ledger's reference records of one split as the DAG writes them (rule ledger_records)."""
+    return f"{DATA_DIR}/ledger_{split}.jsonl"
+
+
+def dag_made(path):
+    """True where `path` is a records file a rule of this DAG writes (the ledger's; see data.smk)."""
+    return os.path.normpath(path) in {
+        os.path.normpath(ledger_records_file(s)) for s in ("train", "test")
+    }
+
+
+def _check_training_source():
+    """training.data.source, checked at planning time: a local path must be an existing file or one the
+    DAG writes (dag_made); a Hugging Face dataset id is left to `envace data`. Fails the plan with the
+    key and the path, not a job later.
+    """
+    source = CFG["training"]["data"]["source"]
+    path = local_source_path(source)
+    if path is not None and not path.is_file() and not dag_made(source):
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise ValueError(
+            f"config key training.data.source: the local training data file '{source}' {what} "
+            f"(looked for {path.resolve()}); fix the path, or give a Hugging Face dataset id"
+        )
+
+
+def training_source_input():
+    """prepare_training_data's input: the local records file (so a change re-runs it), else nothing."""
+    source = CFG["training"]["data"]["source"]
+    return [source] if local_source_path(source) is not None else []
+
+
+_check_training_source()
 
 
 wildcard_constraints:

@@ -1,4 +1,5 @@
-# Models and data the rest of the DAG needs: the tiny smoke model and the CM2 training parquet.
+# Models and data the rest of the DAG needs: the tiny smoke model, the training parquet (CM2-layout
+# records) and, where the config names them, the ledger's records (our benchmark's reference dialogues).
 
 
 rule build_tiny_model:
@@ -22,8 +23,28 @@ rule build_tiny_model:
         "envace tiny-model --out {params.outdir} --done {output.done} {params.warmstart} > {log} 2>&1"
 
 
+rule ledger_records:
+    """The ledger's reference records of one split (benchmarks.ledger), CM2's layout: a warm-start stage's
+    data or training.data.source may name them (ledger_records_file)."""
+    output:
+        records=ledger_records_file("{split}"),
+    log:
+        f"{RESULTS}/logs/ledger_records_{{split}}.log",
+    wildcard_constraints:
+        split="train|test",
+    conda:
+        CONDA_ENV
+    params:
+        config=RESOLVED_CONFIG,
+    shell:
+        "envace ledger-records --config {params.config} --split {wildcards.split} "
+        "--out {output.records} > {log} 2>&1"
+
+
 rule prepare_training_data:
     """CM2 records -> the parquet verl reads (tools, reference pairs, checklists); bad records reported."""
+    input:
+        source=training_source_input(),
     output:
         parquet=f"{DATA_DIR}/cm2_train.parquet",
         val=f"{DATA_DIR}/cm2_val.parquet",
