@@ -137,7 +137,8 @@ def test_tiny_model_settings_come_from_the_config(tmp_path):
         {"data": ["x.jsonl", "y.jsonl"], "steps": 1, "lr": 1}])
     resolve_settings(b)
     assert b.seed == 7 and [(s.data, s.steps, s.behaviours, s.omit_tool_list) for s in b.stages] == [
-        (("x.jsonl",), 3, ("act",), True), (("x.jsonl", "y.jsonl"), 1, ("act", "answer", "user", "rehearse"), False)]
+        (("x.jsonl",), 3, ("act",), True),
+        (("x.jsonl", "y.jsonl"), 1, ("act", "answer", "user", "rehearse"), False)]
     c = args(warmstart=[])
     resolve_settings(c)
     assert c.stages == []
@@ -147,8 +148,10 @@ def test_tiny_model_settings_come_from_the_config(tmp_path):
                        ({"data": "x", "steps": 0, "lr": 1}, r"warmstart\[0\]\.steps: 0 is less than"),
                        ({"data": "x", "steps": 1, "lr": 1, "behaviours": ["dance"]},
                         r"\.behaviours\.0: 'dance' is not one of"),
-                       ({"data": "x", "steps": 1, "lr": 1, "renderings": []}, r"\.renderings: \[\] should be non-empty"),
-                       ({"data": "x", "steps": 1, "lr": 1, "omit_tool_list": "yes"}, r"\.omit_tool_list: 'yes' is not"),
+                       ({"data": "x", "steps": 1, "lr": 1, "renderings": []},
+                        r"\.renderings: \[\] should be non-empty"),
+                       ({"data": "x", "steps": 1, "lr": 1, "omit_tool_list": "yes"},
+                        r"\.omit_tool_list: 'yes' is not"),
                        ({"data": "x", "steps": 1, "lr": 1, "epochs": 2}, r"'epochs' was unexpected"),
                        ("x.jsonl", r"warmstart\[0\]: 'x.jsonl' is not of type 'object'")]:
         with pytest.raises(ConfigError, match=key):
