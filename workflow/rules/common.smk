@@ -39,6 +39,9 @@ TINY_MODEL = f"{MODELS_DIR}/tiny"
 CONDA_ENV = "../../environment.yml"
 
 
+LEDGER_SPLITS = ("train", "test")  # the ledger's splits rule ledger_records writes
+
+
 def ledger_records_file(split):
     """The ledger's reference records of one split as the DAG writes them (rule ledger_records)."""
     return f"{DATA_DIR}/ledger_{split}.jsonl"
@@ -47,7 +50,7 @@ def ledger_records_file(split):
 def dag_made(path):
     """True where `path` is a records file a rule of this DAG writes (the ledger's; see data.smk)."""
     return os.path.normpath(path) in {
-        os.path.normpath(ledger_records_file(s)) for s in ("train", "test")
+        os.path.normpath(ledger_records_file(s)) for s in LEDGER_SPLITS
     }
 
 

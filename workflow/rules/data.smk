@@ -31,7 +31,7 @@ rule ledger_records:
     log:
         f"{RESULTS}/logs/ledger_records_{{split}}.log",
     wildcard_constraints:
-        split="train|test",
+        split="|".join(LEDGER_SPLITS),
     conda:
         CONDA_ENV
     params:
