@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on localhost, for CI and for trying the cluster path on a laptop.
 #   scripts/slurm_localhost.sh install   # apt-get install slurm-wlm munge (Debian; needs root)
-#   scripts/slurm_localhost.sh start     # write /etc/slurm/slurm.conf, start munged, slurmctld, slurmd
-#   scripts/slurm_localhost.sh stop      # stop the daemons
+#   scripts/slurm_localhost.sh start     # write /etc/slurm/slurm.conf, start munged, slurmctld, slurmd;
+#                                        # a controller this starts begins with no jobs (saved state cleared)
+#   scripts/slurm_localhost.sh stop      # cancel every job, stop the daemons
 # Facts this relies on (checked on Debian 12, Slurm 22.05): no systemd needed; the config must be at
 # /etc/slurm/slurm.conf (job steps ignore SLURM_CONF); accounting stays off, so Snakemake's slurm
 # executor must poll with `squeue` (profiles/slurm-localhost sets it).
@@ -60,25 +61,41 @@ start() {
     chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
     chmod 400 /etc/munge/munge.key
     pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged || /usr/sbin/munged --force
-    pgrep -x slurmctld >/dev/null || /usr/sbin/slurmctld
+    if ! pgrep -x slurmctld >/dev/null; then
+        # A state directory left by an earlier controller (a reused machine, a killed CI run) brings its
+        # jobs back as RUNNING: the node then shows `alloc` and new jobs pend behind ghosts (seen in CI:
+        # job ids from 379 on, both fault-injection jobs PENDING for 600 s). Start from nothing.
+        rm -rf "${STATE:?}/ctld"/* "${STATE:?}/d"/*
+        /usr/sbin/slurmctld -c
+    fi
     pgrep -x slurmd >/dev/null || /usr/sbin/slurmd
-    for _ in $(seq 1 30); do
-        if sinfo -h -o "%t" 2>/dev/null | grep -qE "^(idle|mix|alloc)"; then
+    local deadline=$((SECONDS + 90))  # sinfo itself can take ~10 s to give up on a controller
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        if timeout 15 sinfo -h -o "%t" 2>/dev/null | grep -qE "^idle"; then
             sinfo
             return 0
         fi
         scontrol update NodeName="${HOST}" State=RESUME >/dev/null 2>&1 || true
         sleep 1
     done
-    echo "slurm_localhost: the node did not become idle; logs follow" >&2
+    echo "slurm_localhost: the node did not become idle; node, queue and logs follow" >&2
+    timeout 15 sinfo >&2 || true
+    timeout 15 squeue >&2 || true
     tail -n 20 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
     return 1
 }
 
 stop() {
-    pkill -x slurmd || true
-    pkill -x slurmctld || true
-    pkill -x munged || true
+    if pgrep -x slurmctld >/dev/null; then
+        scancel --quiet --user="$(id -un)" 2>/dev/null || true
+        sleep 2
+    fi
+    local daemon
+    for daemon in slurmd slurmctld munged; do  # one by one, each gone before the next (start checks pgrep)
+        pkill -x "$daemon" || continue
+        for _ in $(seq 1 30); do pgrep -x "$daemon" >/dev/null || break; sleep 0.5; done
+        pkill -9 -x "$daemon" || true
+    done
 }
 
 case "$cmd" in

@@ -132,6 +132,10 @@ def run_overrides(
         o["actor_rollout_ref.rollout.val_kwargs.top_p"] = ev["top_p"]
     if cpu:
         o.update(cpu_overrides())
+        # verl's dynamic batching refuses a row longer than a micro-batch: the CPU file's small micro-batch
+        # grows to hold this run's longest row
+        tok = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+        o[tok] = max(int(o[tok]), int(r["max_prompt_tokens"]) + int(r["max_response_tokens"]))
         fake_gpus = 2 if r.get("roles") == "per_role" else 1
         o["+ray_kwargs.ray_init.num_gpus"] = fake_gpus
     if checkpoint_dir is not None:

