@@ -49,6 +49,15 @@ smoke: $(STAMP)
 smoke-slurm: $(STAMP)
 	$(BIN)/snakemake --profile profiles/slurm-localhost $(SMOKE_ARGS) -- all
 
+# The same DAG with config/smoke_ledger.yaml merged over the smoke config: the tiny model warm-started on
+# our ledger benchmark, every run trained on it (EnvACE at three seeds), the ledger beside Table 1 and in
+# the fidelity table, and the diff's learning check (trained - base, per seed). Same output paths as
+# `make smoke`. Slower: ~5 verl runs of 15 steps (see the overlay's header).
+smoke-ledger: $(STAMP)
+	$(BIN)/snakemake --profile profiles/local $(SMOKE_ARGS) config/smoke_ledger.yaml -- all
+	$(BIN)/python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke config/smoke.yaml \
+	    config/smoke_ledger.yaml
+
 test: $(STAMP)
 	$(BIN)/python -m pytest
 

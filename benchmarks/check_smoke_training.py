@@ -4,11 +4,14 @@ equal and some trajectory earned a positive reward (a spread made only of the -0
 with every episode ending at its first malformed rehearsal, fails). A per-role run (``roles: per_role``
 in the config) logged both policies' rollout-vs-actor agreement (``envace/rollout_actor_corr/act`` and
 ``.../rehearse``) at every step, each at least ``MIN_AGREEMENT``. Prints each run's episode endings
-(``envace/termination/*``) and lowest agreement per policy. Reads the config, the rule logs
-(``<results>/logs/train/<run>.log``) and verl's metrics (``<checkpoints>/<run>/metrics.jsonl``). Exit 1
-with the reasons if a check fails.
+(``envace/termination/*``) and lowest agreement per policy. Where the config has ``report.learning``
+(``config/smoke_ledger.yaml``), every listed model's ``trained - base`` on each of our benchmarks must
+RISE in the paper diff (``<results>/paper_diff.json``, ``learning``: the paired bootstrap interval over
+tasks lies above 0). Reads the config, the rule logs (``<results>/logs/train/<run>.log``), verl's metrics
+(``<checkpoints>/<run>/metrics.jsonl``) and the diff. Exit 1 with the reasons if a check fails.
 
-Usage: ``python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke [config/smoke.yaml]``
+Usage: ``python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke [CONFIG ...]``
+(several config files merge in order, as Snakemake's ``--configfile``; default ``config/smoke.yaml``)
 """
 
 from __future__ import annotations
@@ -76,10 +79,42 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
     return problems
 
 
+def check_learning(diff_file: Path, spec: dict | None) -> list[str]:
+    """Each ``report.learning`` model RISES on every benchmark of ours in the diff (spec None: no check)."""
+    if not spec:
+        return []
+    if not diff_file.is_file():
+        return [f"report.learning is set but there is no paper diff at {diff_file}"]
+    entries = json.loads(diff_file.read_text()).get("learning", [])
+    problems = [f"{m}: no learning entry in {diff_file}" for m in spec["models"]
+                if m not in {e["model"] for e in entries}]
+    for e in entries:
+        ci = (f"{e['point']:+.1f} [{e['ci_low']:+.1f}, {e['ci_high']:+.1f}]" if e.get("ci_low") is not None
+              else "no interval (" + ", ".join(e.get("missing", [])) + ")")
+        print(f"learning: {e['model']} (training seed {e.get('training_seed')}) on {e['benchmark']}: "
+              f"base {e.get('base')}, trained {e.get('trained')}, trained - base {ci}: {e['status']}")
+        if e["status"] != "RISES":
+            problems.append(f"{e['model']} on {e['benchmark']}: {e['status']} (trained - base {ci})")
+    return problems
+
+
+def merged(configs: list[Path]) -> dict:
+    """The config files merged in order: mappings key by key, anything else replaced (Snakemake's rule)."""
+    def update(base: dict, new: dict) -> dict:
+        for k, v in new.items():
+            base[k] = update(dict(base[k]), v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        return base
+    cfg: dict = {}
+    for path in configs:
+        cfg = update(cfg, yaml.safe_load(path.read_text()))
+    return cfg
+
+
 def main() -> int:
     results, checkpoints = (Path(a) for a in sys.argv[1:3])
-    config = Path(sys.argv[3]) if len(sys.argv) > 3 else SMOKE_CONFIG
-    problems = check(results, checkpoints, yaml.safe_load(config.read_text())["training"]["runs"])
+    cfg = merged([Path(a) for a in sys.argv[3:]] or [SMOKE_CONFIG])
+    problems = check(results, checkpoints, cfg["training"]["runs"])
+    problems += check_learning(results / "paper_diff.json", cfg.get("report", {}).get("learning"))
     for p in problems:
         print("FAIL:", p, file=sys.stderr)
     return 1 if problems else 0

@@ -85,6 +85,19 @@ def test_smoke_config_is_the_same_dag(repo_root):
     assert counts["tts_evaluate"] == 2
 
 
+def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root):
+    """`make smoke-ledger`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's
+    records before the tiny model, five runs (EnvACE at three seeds, GRPO, per-role; grpo_1p7b is not
+    trained), six Table 1 jobs (each also evaluating the ledger), fidelity on BFCL-v4 and the ledger."""
+    rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
+                      "config/smoke_ledger.yaml")
+    assert rc == 0, out
+    counts = job_counts(out)
+    assert counts["ledger_records"] == 1 and counts["build_tiny_model"] == 1 and counts["train"] == 5
+    assert counts["evaluate_table1"] == 6 and counts["evaluate_checkpoints"] == 1
+    assert counts["fidelity"] == 4 and counts["tts_evaluate"] == 2
+
+
 def rule_resources(repo_root, target: str, rule: str) -> str:
     proc = subprocess.run(
         [SNAKEMAKE, target, "--profile", "slurm", "-n"],

@@ -64,3 +64,41 @@ def test_equal_rewards_missing_run_and_no_rehearse_rows_fail(tmp_path):
     assert "per_role_8b: configured but no training log" in problems[0], problems
     assert {"envace_8b: no REHEARSE rows", "envace_8b: every reward equal in every batch",
             "envace_8b: no trajectory earned a positive reward"} <= set(problems), problems
+
+
+def _learning(model: str, low: float | None, status: str) -> dict:
+    entry = {"model": model, "base_model": "qwen3_8b", "benchmark": "ledger", "training_seed": 0,
+             "base": 50.4, "trained": 63.3, "status": status}
+    if low is None:
+        entry["missing"] = [f"eval/{model}/ledger/seed1.jsonl"]
+    else:
+        entry.update(point=12.9, ci_low=low, ci_high=19.9)
+    return entry
+
+
+def test_learning_check_wants_every_listed_model_to_rise(tmp_path):
+    spec = {"base": "qwen3_8b", "models": ["envace_8b", "envace_1p7b", "envace_8b_seed2"]}
+    diff = tmp_path / "paper_diff.json"
+    learn = check_smoke_training.check_learning
+    assert learn(diff, None) == []  # no report.learning: nothing to check
+    assert "no paper diff" in learn(diff, spec)[0]
+    diff.write_text(json.dumps({"learning": [_learning("envace_8b", 5.9, "RISES"),
+                                             _learning("envace_1p7b", 8.4, "RISES"),
+                                             _learning("envace_8b_seed2", 7.4, "RISES")]}))
+    assert learn(diff, spec) == []
+    diff.write_text(json.dumps({"learning": [_learning("envace_8b", 5.9, "RISES"),
+                                             _learning("envace_1p7b", -5.0, "NO_RISE"),
+                                             _learning("envace_8b_seed2", None, "MISSING")]}))
+    problems = learn(diff, spec)
+    assert len(problems) == 2 and "envace_1p7b on ledger: NO_RISE" in problems[0] and "MISSING" in problems[1]
+    diff.write_text(json.dumps({"learning": [_learning("envace_8b", 5.9, "RISES")]}))
+    assert sorted(p.split(":")[0] for p in learn(diff, spec)) == ["envace_1p7b", "envace_8b_seed2"]
+
+
+def test_config_files_merge_as_snakemake_merges_them():
+    cfg = check_smoke_training.merged([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
+    runs = cfg["training"]["runs"]
+    assert runs["envace_8b"]["total_steps"] == 15 and runs["envace_8b"]["roles"] == "shared"  # merged keys
+    assert runs["per_role_8b"]["roles"] == "per_role" and runs["envace_8b_seed2"]["seed"] == 2
+    assert cfg["report"]["learning"]["models"] == ["envace_8b", "envace_1p7b", "envace_8b_seed2"]
+    assert cfg["evaluation"]["episode"]["turn_cap"] == "every_turn"  # kept from smoke.yaml
