@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
 
 STEP = re.compile(r"step:(\d+) - ")
 CORR = "envace/rollout_actor_corr/"
@@ -99,14 +100,10 @@ def check_learning(diff_file: Path, spec: dict | None) -> list[str]:
 
 
 def merged(configs: list[Path]) -> dict:
-    """The config files merged in order: mappings key by key, anything else replaced (Snakemake's rule)."""
-    def update(base: dict, new: dict) -> dict:
-        for k, v in new.items():
-            base[k] = update(dict(base[k]), v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-        return base
+    """The config files merged in order by Snakemake's own ``update_config`` (its ``--configfile`` rule)."""
     cfg: dict = {}
     for path in configs:
-        cfg = update(cfg, yaml.safe_load(path.read_text()))
+        update_config(cfg, yaml.safe_load(path.read_text()))
     return cfg
 
 
