@@ -62,8 +62,26 @@ def test_equal_rewards_missing_run_and_no_rehearse_rows_fail(tmp_path):
     _write(tmp_path, "envace_8b", flat)
     problems = _check(tmp_path)
     assert "per_role_8b: configured but no training log" in problems[0], problems
-    assert {"envace_8b: no REHEARSE rows", "envace_8b: every reward equal in every batch",
-            "envace_8b: no trajectory earned a positive reward"} <= set(problems), problems
+    assert {"envace_8b: no REHEARSE rows", "envace_8b: every reward equal (0.000) at every step",
+            "envace_8b: no trajectory earned a positive reward",
+            "every batch of every run held equal rewards (no GRPO update had a non-zero advantage)"
+            } == set(problems[1:]), problems
+
+
+def test_uniform_batches_fail_only_when_every_run_has_them(tmp_path):
+    """A run whose batches are each uniform (all 0, then all 1) passes while another run's batch had a
+    spread; the same in every run fails the DAG. A run with one reward throughout fails on its own."""
+    uniform = [_row(1, **{"critic/score/max": 0.0}), _row(2, **{"critic/score/min": 1.0}), _row(3)]
+    uniform[2]["data"].update({"critic/score/min": 1.0})
+    _write(tmp_path, "envace_8b", uniform)
+    _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
+    assert _check(tmp_path) == []
+    for row in (rows := [_synced(n) for n in (1, 2, 3)]):
+        row["data"].update({"critic/score/min": 1.0})
+    _write(tmp_path, "per_role_8b", rows)
+    assert _check(tmp_path) == [
+        "per_role_8b: every reward equal (1.000) at every step",
+        "every batch of every run held equal rewards (no GRPO update had a non-zero advantage)"]
 
 
 def _learning(model: str, low: float | None, status: str) -> dict:
