@@ -120,3 +120,13 @@ def test_config_files_merge_as_snakemake_merges_them():
     assert runs["per_role_8b"]["roles"] == "per_role" and runs["envace_8b_seed2"]["seed"] == 2
     assert cfg["report"]["learning"]["models"] == ["envace_8b", "envace_1p7b", "envace_8b_seed2"]
     assert cfg["evaluation"]["episode"]["turn_cap"] == "every_turn"  # kept from smoke.yaml
+
+
+def test_trained_runs_are_the_runs_the_tables_and_figures_name():
+    smoke = check_smoke_training.merged([ROOT / "config/smoke.yaml"])
+    assert sorted(check_smoke_training.trained_runs(smoke)) == [
+        "envace_1p7b", "envace_8b", "grpo_1p7b", "grpo_8b", "per_role_8b"]
+    ledger = check_smoke_training.merged([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
+    assert "grpo_1p7b" in ledger["training"]["runs"]  # kept by the merge, named by no table or figure
+    assert sorted(check_smoke_training.trained_runs(ledger)) == [
+        "envace_1p7b", "envace_8b", "envace_8b_seed2", "grpo_8b", "per_role_8b"]
