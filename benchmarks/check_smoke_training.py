@@ -28,6 +28,8 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
+from envace.common.config import evaluation_pairs
+
 STEP = re.compile(r"step:(\d+) - ")
 CORR = "envace/rollout_actor_corr/"
 SMOKE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"
@@ -110,24 +112,15 @@ def check_learning(diff_file: Path, spec: dict | None) -> list[str]:
 
 
 def trained_runs(cfg: dict) -> dict:
-    """The runs the DAG trains: those of the trained models (``models.<m>.run``) that the evaluation, TTS
-    or report sections name, and the Figure 5 checkpoint run. A run configured but named nowhere (the
-    ledger overlay keeps smoke.yaml's ``grpo_1p7b`` but leaves it out of every table) is not trained."""
-    named: set[str] = set()
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str):
-            named.add(node)
-
-    for section in ("evaluation", "tts", "report"):
-        walk(cfg.get(section, {}))
-    runs = {m["run"] for name, m in cfg["models"].items() if m.get("kind") == "trained" and name in named}
+    """The runs the DAG trains: those of the trained models it evaluates (``evaluation_pairs``: Tables 1-2,
+    Figure 5), the TTS actor and rehearsers, Figures 3-4 and the fidelity table use, and the Figure 5
+    checkpoint run. A run configured but used nowhere (the ledger overlay keeps smoke.yaml's
+    ``grpo_1p7b`` but leaves it out of every table and figure) is not trained."""
+    report = cfg["report"]
+    used = {m for m, _ in evaluation_pairs(cfg)} | {cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()}
+    used |= {*report["fig3"].values(), *(m for sizes in report["fig4"].values() for m in sizes.values())}
+    used |= set(report.get("fidelity", {}).get("models", []))
+    runs = {cfg["models"][m]["run"] for m in used if cfg["models"].get(m, {}).get("kind") == "trained"}
     runs.add(cfg["evaluation"]["checkpoints"]["run"])
     return {run: spec for run, spec in cfg["training"]["runs"].items() if run in runs}
 

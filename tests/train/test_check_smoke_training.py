@@ -71,8 +71,7 @@ def test_equal_rewards_missing_run_and_no_rehearse_rows_fail(tmp_path):
 def test_uniform_batches_fail_only_when_every_run_has_them(tmp_path):
     """A run whose batches are each uniform (all 0, then all 1) passes while another run's batch had a
     spread; the same in every run fails the DAG. A run with one reward throughout fails on its own."""
-    uniform = [_row(1, **{"critic/score/max": 0.0}), _row(2, **{"critic/score/min": 1.0}), _row(3)]
-    uniform[2]["data"].update({"critic/score/min": 1.0})
+    uniform = [_row(1, **{"critic/score/max": 0.0}), *(_row(n, **{"critic/score/min": 1.0}) for n in (2, 3))]
     _write(tmp_path, "envace_8b", uniform)
     _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
     assert _check(tmp_path) == []
