@@ -88,14 +88,17 @@ def test_smoke_config_is_the_same_dag(repo_root):
 def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root):
     """`make smoke-ledger`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's
     records before the tiny model, five runs (EnvACE at three seeds, GRPO, per-role; grpo_1p7b is not
-    trained), six Table 1 jobs (each also evaluating the ledger), fidelity on BFCL-v4 and the ledger."""
+    trained), six Table 1 jobs (each also evaluating the ledger), the ledger for Table 2's two other models
+    (`evaluate_ours`), every TTS setting on it too (a third TTS job), fidelity on BFCL-v4 and the ledger."""
     rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
                       "config/smoke_ledger.yaml")
     assert rc == 0, out
     counts = job_counts(out)
     assert counts["ledger_records"] == 1 and counts["build_tiny_model"] == 1 and counts["train"] == 5
     assert counts["evaluate_table1"] == 6 and counts["evaluate_checkpoints"] == 1
-    assert counts["fidelity"] == 4 and counts["tts_evaluate"] == 2
+    assert counts["evaluate_table2"] == 3 and counts["evaluate_ours"] == 2
+    assert counts["fidelity"] == 4 and counts["tts_evaluate"] == 3
+    assert "evaluate_ours" not in job_counts(dry_run(repo_root, "all", "--forceall")[1])
 
 
 def rule_resources(repo_root, target: str, rule: str) -> str:

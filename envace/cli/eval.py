@@ -168,6 +168,14 @@ def tts_settings_of(args: argparse.Namespace, cfg: dict[str, Any]) -> list[str |
     return list(settings)
 
 
+def task_limit(cfg: dict[str, Any], benchmark: str, tts: bool) -> int | None:
+    """Tasks per split of a job's runs on ``benchmark``: its ``limit``, and in a TTS job at most
+    ``tts.limit``; ``None`` (all tasks) when neither applies."""
+    given = [n for n in (cfg["benchmarks"][benchmark].get("limit"), cfg["tts"].get("limit") if tts else None)
+             if n is not None]
+    return min(given) if given else None
+
+
 def model_path_of(cfg: dict[str, Any], model_id: str) -> str:
     """Where a model id's weights are: its path, or the last checkpoint of its training run."""
     entry = cfg["models"][model_id]
@@ -401,7 +409,8 @@ def run(args: argparse.Namespace) -> int:
             bcfg = dict(cfg["benchmarks"][bench])
             work = next(r.out for r in todo if r.benchmark == bench)
             adapters[bench] = get_adapter(bench, config=bcfg, work_dir=work.parent / f".{work.stem}.work")
-            tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]), bcfg.get("limit"))
+            tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]),
+                                                      task_limit(cfg, bench, any(r.setting for r in todo)))
 
         from transformers import AutoTokenizer
 

@@ -77,9 +77,11 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
             need("benchmark", bench, benchmarks, f"evaluation.{table}.benchmarks")
     for bench in ours_benchmarks(cfg):
         need("benchmark", bench, benchmarks, "evaluation.ours_benchmarks")
-        if bench in cfg["evaluation"]["table1"]["benchmarks"]:
-            raise ConfigError(f"{source}: benchmark '{bench}' is in both evaluation.ours_benchmarks and "
-                              "evaluation.table1.benchmarks (ours stay out of the paper's Overall)")
+        for where, paper in (("evaluation.table1.benchmarks", cfg["evaluation"]["table1"]["benchmarks"]),
+                             ("tts.benchmarks", cfg["tts"]["benchmarks"])):
+            if bench in paper:
+                raise ConfigError(f"{source}: benchmark '{bench}' is in both evaluation.ours_benchmarks and "
+                                  f"{where} (ours stay out of the paper's Overall)")
     ckpt = cfg["evaluation"]["checkpoints"]
     need("training run", ckpt["run"], runs, "evaluation.checkpoints.run")
     need("benchmark", ckpt["benchmark"], benchmarks, "evaluation.checkpoints.benchmark")
@@ -295,8 +297,8 @@ def figure5_models(cfg: Mapping[str, Any]) -> dict[int, str]:
 
 def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every (model id, benchmark) evaluated with all seeds, sorted: Tables 1-2 and the Figure 5
-    points (:func:`figure5_models` on ``evaluation.checkpoints.benchmark``), each Table 1 model and
-    Figure 5 point also on every :func:`ours_benchmarks` one."""
+    points (:func:`figure5_models` on ``evaluation.checkpoints.benchmark``), each Table 1 and Table 2
+    model and Figure 5 point also on every :func:`ours_benchmarks` one."""
     pairs = {
         (m, b)
         for table in ("table1", "table2")
@@ -306,13 +308,20 @@ def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     ckpt = cfg["evaluation"]["checkpoints"]
     fig5 = list(figure5_models(cfg).values())
     pairs |= {(m, ckpt["benchmark"]) for m in fig5}
-    pairs |= {(m, b) for m in [*cfg["evaluation"]["table1"]["models"], *fig5] for b in ours_benchmarks(cfg)}
+    tables = [*cfg["evaluation"]["table1"]["models"], *cfg["evaluation"]["table2"]["models"]]
+    pairs |= {(m, b) for m in [*tables, *fig5] for b in ours_benchmarks(cfg)}
     return sorted(pairs)
 
 
 def ours_benchmarks(cfg: Mapping[str, Any]) -> list[str]:
     """``evaluation.ours_benchmarks``: benchmarks of ours reported beside the paper's (default none)."""
     return list(cfg["evaluation"].get("ours_benchmarks", []))
+
+
+def tts_benchmarks(cfg: Mapping[str, Any]) -> list[str]:
+    """The benchmarks every TTS setting runs on: ``tts.benchmarks`` (the paper's Table 3 and Figure 6,
+    whose Overall they make), then each of :func:`ours_benchmarks` (beside them, never in that Overall)."""
+    return [*cfg["tts"]["benchmarks"], *ours_benchmarks(cfg)]
 
 
 def _model_entry(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:

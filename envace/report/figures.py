@@ -6,7 +6,8 @@
 * Figures 3-5 get one more panel (fig5: one more line) per ``evaluation.ours_benchmarks`` entry, titled
   "(ours)" and without paper points (:func:`envace.common.config.ours_benchmarks`).
 * fig6 — TTS Overall vs number of rehearsals N (no TTS at N = 0), one panel per mode, one line per
-  rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points. On a
+  rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points. One more
+  row of panels per ``evaluation.ours_benchmarks`` entry: its TTS score alone, titled "(ours)". On a
   secondary (right) axis, shared by the panels, dashed lines in the rehearser's colour give the mean
   final-execution context in tokens (mean over ``tts.benchmarks`` of each benchmark's mean, see
   :mod:`envace.report.tts_context`) at each N >= 1, the paper's explanation of its N = 3 drop; a panel
@@ -131,53 +132,69 @@ def fig5(ctx: ReportContext, fig: Figure) -> None:
 
 
 def fig6(ctx: ReportContext, fig: Figure) -> None:
-    no_tts, curves = points.figure6(ctx)
     context = points.figure6_context(ctx)
     tts = ctx.cfg["tts"]
-    paper = ctx.paper["table3"]["rows"]
-    t3 = {setting: row for row, setting in tts["table3"].items()}
-    axes = fig.subplots(1, len(tts["modes"]), sharey=True, squeeze=False)[0]
+    rows = [None, *ours_benchmarks(ctx.cfg)]  # None: the paper's TTS Overall
+    grid = fig.subplots(len(rows), len(tts["modes"]), sharey="row", squeeze=False)
     twins: list[Axes] = []
     top = 0.0
     synthetic = 0
-    for ax, mode in zip(axes, tts["modes"], strict=True):
-        first = True
-        twin = ax.twinx()
-        twins.append(twin)
-        drawn = False
-        for i, reh in enumerate(tts["rehearsers"]):
-            color = f"C{i}"
-            cells = curves[(mode, reh)]
-            ns = [0, *cells]
-            _errorbar(ax, ns, [no_tts, *cells.values()], f"{reh} rehearser", fmt="-o", color=color)
-            settings = ["no_tts", *(f"{mode}_n{n}_{reh}" for n in cells)]
-            _paper(ax, ns, [paper.get(t3.get(s, ""), {}).get("overall") for s in settings], first=first)
-            first = False
-            stats = [(n, context[f"{mode}_n{n}_{reh}"][OVERALL]) for n in cells]
-            synthetic += sum(s.synthetic for _, s in stats)
-            have = [(n, s.final_context_mean) for n, s in stats if s.ok and s.final_context_mean is not None]
-            if have:
-                label = f"{reh}: {CONTEXT_LABEL}"
-                twin.plot(*zip(*have, strict=True), color=color, label=label, **CONTEXT_STYLE)
-                top = max(top, *(v for _, v in have))
-                drawn = True
-        if not drawn:
-            ax.text(0.5, 0.02, "context length: no TTS records", transform=ax.transAxes, ha="center",
-                    va="bottom", fontsize=7, color="grey")
-        ax.set_xticks([0, *tts["n"]])
-        ax.set_title(mode)
-        ax.set_xlabel("rehearsals N (0 = no TTS)")
-        ax.set_ylabel("TTS Overall (%)")
-        handles, labels = ax.get_legend_handles_labels()
-        twin_handles, twin_labels = twin.get_legend_handles_labels()
-        twin.legend(handles + twin_handles, labels + twin_labels, fontsize=7)
+    for axes, bench in zip(grid, rows, strict=True):
+        no_tts, curves = points.figure6(ctx, bench)
+        for ax, mode in zip(axes, tts["modes"], strict=True):
+            twin = ax.twinx()
+            twins.append(twin)
+            marked, highest = _fig6_panel(ctx, ax, twin, mode, bench, (no_tts, curves), context)
+            synthetic, top = synthetic + marked, max(top, highest)
     for twin in twins:
         twin.set_ylim(0, top * 1.15 if top else 1.0)
-    for twin in twins[:-1]:
-        twin.tick_params(labelright=False)
+    for i, twin in enumerate(twins):
+        if (i + 1) % len(tts["modes"]):
+            twin.tick_params(labelright=False)
     note = "; SYNTHETIC" if synthetic else ""
-    twins[-1].set_ylabel(f"{CONTEXT_LABEL}, tokens (dashed{note})", fontsize=8)
+    twins[len(tts["modes"]) - 1].set_ylabel(f"{CONTEXT_LABEL}, tokens (dashed{note})", fontsize=8)
     fig.suptitle("Test-time scaling vs N (Figure 6)")
+
+
+def _fig6_panel(ctx: ReportContext, ax: Axes, twin: Axes, mode: str, bench: str | None,
+                data: tuple[Cell, dict[tuple[str, str], dict[int, Cell]]],
+                context: dict[str, dict[str, Any]]) -> tuple[int, float]:
+    """One mode's panel of Figure 6 on the TTS Overall (``bench`` None, with the paper's Table 3 points)
+    or on one of ours; returns its (SYNTHETIC context records, highest context mean drawn)."""
+    tts = ctx.cfg["tts"]
+    paper = ctx.paper["table3"]["rows"]
+    t3 = {setting: row for row, setting in tts["table3"].items()}
+    no_tts, curves = data
+    first = True
+    drawn = False
+    synthetic, top = 0, 0.0
+    for i, reh in enumerate(tts["rehearsers"]):
+        color = f"C{i}"
+        cells = curves[(mode, reh)]
+        ns = [0, *cells]
+        _errorbar(ax, ns, [no_tts, *cells.values()], f"{reh} rehearser", fmt="-o", color=color)
+        settings = ["no_tts", *(f"{mode}_n{n}_{reh}" for n in cells)]
+        if bench is None:
+            _paper(ax, ns, [paper.get(t3.get(s, ""), {}).get("overall") for s in settings], first=first)
+        first = False
+        stats = [(n, context[f"{mode}_n{n}_{reh}"][bench or OVERALL]) for n in cells]
+        synthetic += sum(s.synthetic for _, s in stats)
+        have = [(n, s.final_context_mean) for n, s in stats if s.ok and s.final_context_mean is not None]
+        if have:
+            twin.plot(*zip(*have, strict=True), color=color, label=f"{reh}: {CONTEXT_LABEL}", **CONTEXT_STYLE)
+            top = max(top, *(v for _, v in have))
+            drawn = True
+    if not drawn:
+        ax.text(0.5, 0.02, "context length: no TTS records", transform=ax.transAxes, ha="center",
+                va="bottom", fontsize=7, color="grey")
+    ax.set_xticks([0, *tts["n"]])
+    ax.set_title(mode if bench is None else f"{mode}, {_bench_title(bench)}")
+    ax.set_xlabel("rehearsals N (0 = no TTS)")
+    ax.set_ylabel("TTS Overall (%)" if bench is None else f"{bench} TTS score (%)")
+    handles, labels = ax.get_legend_handles_labels()
+    twin_handles, twin_labels = twin.get_legend_handles_labels()
+    twin.legend(handles + twin_handles, labels + twin_labels, fontsize=7)
+    return synthetic, top
 
 
 def fig6_context_csv(ctx: ReportContext, out: Path) -> Path:

@@ -7,7 +7,8 @@
 * Figures 3-5 also on each of ``evaluation.ours_benchmarks`` (ours, no paper points):
   ``benchmark=`` of :func:`figure3` / :func:`figure5`, the extra keys of :func:`figure4`.
 * Figure 6: Overall (mean of ``tts.benchmarks``) of every TTS setting ``{mode}_n{N}_{rehearser}`` and of
-  ``no_tts`` (drawn at N = 0); beside it the context length of every TTS setting
+  ``no_tts`` (drawn at N = 0), and the same on each of ``evaluation.ours_benchmarks`` alone; beside it
+  the context length of every TTS setting
   (:func:`figure6_context`: mean final-execution context and rehearsal memory tokens, per benchmark and
   Overall, from :mod:`envace.report.tts_context`; ``no_tts`` records none and is not summarized).
 """
@@ -42,10 +43,12 @@ def figure5(ctx: ReportContext, benchmark: str | None = None) -> dict[int, Cell]
     return {step: ctx.mean("eval", ctx.checkpoint_model(step), [bench]) for step in ckpt["steps"]}
 
 
-def figure6(ctx: ReportContext) -> tuple[Cell, dict[tuple[str, str], dict[int, Cell]]]:
-    """(no_tts cell, (mode, rehearser) -> N -> cell), all on the TTS Overall."""
+def figure6(ctx: ReportContext, benchmark: str | None = None
+            ) -> tuple[Cell, dict[tuple[str, str], dict[int, Cell]]]:
+    """(no_tts cell, (mode, rehearser) -> N -> cell), on the TTS Overall (mean of ``tts.benchmarks``) or,
+    given ``benchmark`` (one of ``evaluation.ours_benchmarks``), on that benchmark alone."""
     tts = ctx.cfg["tts"]
-    benches = list(tts["benchmarks"])
+    benches = [benchmark] if benchmark else list(tts["benchmarks"])
     curves = {
         (mode, reh): {n: ctx.mean("tts", f"{mode}_n{n}_{reh}", benches) for n in tts["n"]}
         for mode in tts["modes"]
@@ -55,8 +58,9 @@ def figure6(ctx: ReportContext) -> tuple[Cell, dict[tuple[str, str], dict[int, C
 
 
 def figure6_context(ctx: ReportContext) -> dict[str, dict[str, ContextStats]]:
-    """TTS setting ``{mode}_n{N}_{rehearser}`` -> benchmark (each of ``tts.benchmarks``, then
-    ``"overall"``) -> context-length summary, in the config's order (the rows of the figure's CSV)."""
+    """TTS setting ``{mode}_n{N}_{rehearser}`` -> benchmark (each of ``tts.benchmarks``, ``"overall"`` of
+    them, then each of ``evaluation.ours_benchmarks``, not in that Overall) -> context-length summary, in
+    the config's order (the rows of the figure's CSV)."""
     tts = ctx.cfg["tts"]
     out: dict[str, dict[str, ContextStats]] = {}
     for mode in tts["modes"]:
@@ -64,5 +68,6 @@ def figure6_context(ctx: ReportContext) -> dict[str, dict[str, ContextStats]]:
             for n in tts["n"]:
                 setting = f"{mode}_n{n}_{reh}"
                 per_bench = {b: ctx.tts_context(setting, b) for b in tts["benchmarks"]}
-                out[setting] = {**per_bench, OVERALL: overall(setting, list(per_bench.values()))}
+                ours = {b: ctx.tts_context(setting, b) for b in ours_benchmarks(ctx.cfg)}
+                out[setting] = {**per_bench, OVERALL: overall(setting, list(per_bench.values())), **ours}
     return out

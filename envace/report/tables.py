@@ -11,9 +11,11 @@
   tp, tr, tf1), averaged as ``aggregate.average`` says (default ``micro``: the metrics of the tool counts
   summed over samples, the paper's definition). A micro table also carries the macro values (means of
   per-sample values, with their intervals) as ``<metric>_macro`` columns in the CSV, a labelled second
-  table in the Markdown and comment lines in the TeX; the diff compares only the main columns.
+  table in the Markdown and comment lines in the TeX; the diff compares only the main columns. Each of
+  ``evaluation.ours_benchmarks`` is one more column (its score).
 * Table 3: rows = ``tts.table3`` (row name -> TTS setting); columns = each ``tts.benchmarks`` score,
-  Overall = their mean, and delta = Overall(setting) - Overall(no_tts) with a paired interval.
+  Overall = their mean, and delta = Overall(setting) - Overall(no_tts) with a paired interval; then each
+  of ``evaluation.ours_benchmarks`` (its TTS score; in neither Overall nor delta).
 
 Each table is written as ``tableN.csv`` (one ``#`` header line, then per column: value, ci_low, ci_high,
 degenerate, paper, missing reason), ``tableN.md`` and ``tableN.tex`` (booktabs). Values are percent; a
@@ -109,11 +111,17 @@ def build_table1(ctx: ReportContext) -> Table:
     table = Table("table1", ctx.paper["table1"]["caption"], columns, _decimals(ctx, "table1", columns))
     table.rows = _model_rows(ctx, "table1", columns, cells)
     table.notes += _overall_notes(ctx, benches, table.rows)
-    if ours:
-        titles = ", ".join(TITLES.get(b, (b,))[0] for b in ours)
-        table.notes.append(f"{titles}: ours (evaluation.ours_benchmarks): not a paper benchmark, so no paper "
-                           "value; not in Overall.")
+    table.notes += _ours_note(ours, "not in Overall")
     return table
+
+
+def _ours_note(ours: list[str], where: str) -> list[str]:
+    """The note under a table with columns of ``evaluation.ours_benchmarks`` (none without them)."""
+    if not ours:
+        return []
+    titles = ", ".join(TITLES.get(b, (b,))[0] for b in ours)
+    return [f"{titles}: ours (evaluation.ours_benchmarks): not a paper benchmark, so no paper value; "
+            f"{where}."]
 
 
 def _overall_notes(ctx: ReportContext, benches: list[str], rows: list[Row]) -> list[str]:
@@ -140,14 +148,19 @@ def _overall_notes(ctx: ReportContext, benches: list[str], rows: list[Row]) -> l
 def build_table2(ctx: ReportContext) -> Table:
     (bench,) = ctx.cfg["evaluation"]["table2"]["benchmarks"]
     aggregate = ctx.cfg["benchmarks"][bench]["aggregate"]
-    columns = list(aggregate.get("metrics", [aggregate["metric"]]))
+    metrics = list(aggregate.get("metrics", [aggregate["metric"]]))
+    ours = ours_benchmarks(ctx.cfg)
+    columns = [*metrics, *ours]
 
     def cells(model: str) -> dict[str, Cell | None]:
-        return {m: ctx.mean("eval", model, [bench], metric=m) for m in columns}
+        out: dict[str, Cell | None] = {m: ctx.mean("eval", model, [bench], metric=m) for m in metrics}
+        out.update({b: ctx.mean("eval", model, [b]) for b in ours})
+        return out
 
     table = Table("table2", ctx.paper["table2"]["caption"], columns, _decimals(ctx, "table2", columns))
     table.rows = _model_rows(ctx, "table2", columns, cells)
-    counted = [m for m in columns if m in COUNT_METRICS.get(bench, {})]
+    table.notes += _ours_note(ours, f"its score, beside {TITLES.get(bench, (bench,))[0]}'s metrics")
+    counted = [m for m in metrics if m in COUNT_METRICS.get(bench, {})]
     if counted and aggregate.get("average", "micro") == "micro":
         table.extra_columns = [f"{m}_macro" for m in counted]
         table.notes.append(
@@ -166,7 +179,8 @@ def build_table2(ctx: ReportContext) -> Table:
 def build_table3(ctx: ReportContext) -> Table:
     tts = ctx.cfg["tts"]
     benches = list(tts["benchmarks"])
-    columns = [*benches, "overall", "delta"]
+    ours = ours_benchmarks(ctx.cfg)
+    columns = [*benches, "overall", "delta", *ours]
     base = tts["table3"]["no_tts"]
     paper = _paper_rows(ctx, "table3")
     table = Table("table3", ctx.paper["table3"]["caption"], columns, _decimals(ctx, "table3", columns))
@@ -174,7 +188,9 @@ def build_table3(ctx: ReportContext) -> Table:
         cells: dict[str, Cell | None] = {b: ctx.mean("tts", setting, [b]) for b in benches}
         cells["overall"] = ctx.mean("tts", setting, benches)
         cells["delta"] = None if setting == base else ctx.cell("tts", [(1.0, setting), (-1.0, base)], benches)
+        cells.update({b: ctx.mean("tts", setting, [b]) for b in ours})
         table.rows.append(Row(key, f"{key} ({setting})", cells, dict(paper.get(key, {}))))
+    table.notes += _ours_note(ours, "not in Overall or Δ")
     return table
 
 

