@@ -136,23 +136,20 @@ def fig6(ctx: ReportContext, fig: Figure) -> None:
     tts = ctx.cfg["tts"]
     rows = [None, *ours_benchmarks(ctx.cfg)]  # None: the paper's TTS Overall
     grid = fig.subplots(len(rows), len(tts["modes"]), sharey="row", squeeze=False)
-    twins: list[Axes] = []
-    top = 0.0
-    synthetic = 0
     for axes, bench in zip(grid, rows, strict=True):
         no_tts, curves = points.figure6(ctx, bench)
+        twins: list[Axes] = []  # one context scale per row: benchmarks' contexts differ by orders
+        top = 0.0
+        synthetic = 0
         for ax, mode in zip(axes, tts["modes"], strict=True):
-            twin = ax.twinx()
-            twins.append(twin)
-            marked, highest = _fig6_panel(ctx, ax, twin, mode, bench, (no_tts, curves), context)
+            twins.append(ax.twinx())
+            marked, highest = _fig6_panel(ctx, ax, twins[-1], mode, bench, (no_tts, curves), context)
             synthetic, top = synthetic + marked, max(top, highest)
-    for twin in twins:
-        twin.set_ylim(0, top * 1.15 if top else 1.0)
-    for i, twin in enumerate(twins):
-        if (i + 1) % len(tts["modes"]):
-            twin.tick_params(labelright=False)
-    note = "; SYNTHETIC" if synthetic else ""
-    twins[len(tts["modes"]) - 1].set_ylabel(f"{CONTEXT_LABEL}, tokens (dashed{note})", fontsize=8)
+        for twin in twins:
+            twin.set_ylim(0, top * 1.15 if top else 1.0)
+            twin.tick_params(labelright=twin is twins[-1])
+        note = "; SYNTHETIC" if synthetic else ""
+        twins[-1].set_ylabel(f"{CONTEXT_LABEL}, tokens (dashed{note})", fontsize=8)
     fig.suptitle("Test-time scaling vs N (Figure 6)")
 
 
