@@ -190,7 +190,7 @@ def _fig6_panel(ctx: ReportContext, ax: Axes, twin: Axes, mode: str, bench: str 
     ax.set_ylabel("TTS Overall (%)" if bench is None else f"{bench} TTS score (%)")
     handles, labels = ax.get_legend_handles_labels()
     twin_handles, twin_labels = twin.get_legend_handles_labels()
-    twin.legend(handles + twin_handles, labels + twin_labels, fontsize=7)
+    twin.legend(handles + twin_handles, labels + twin_labels, fontsize=7, loc="center right")
     return synthetic, top
 
 
