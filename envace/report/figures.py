@@ -8,8 +8,8 @@
 * fig6 — TTS Overall vs number of rehearsals N (no TTS at N = 0), one panel per mode, one line per
   rehearser; the paper's Table 3 values (N = 2 and no TTS) are drawn as its only known points. One more
   row of panels per ``evaluation.ours_benchmarks`` entry: its TTS score alone, titled "(ours)". On a
-  secondary (right) axis, shared by the panels, dashed lines in the rehearser's colour give the mean
-  final-execution context in tokens (mean over ``tts.benchmarks`` of each benchmark's mean, see
+  secondary (right) axis, shared by a row's panels, dashed lines in the rehearser's colour give the mean
+  final-execution context in tokens (that benchmark's, or the mean over ``tts.benchmarks`` of each one's, see
   :mod:`envace.report.tts_context`) at each N >= 1, the paper's explanation of its N = 3 drop; a panel
   without any context record says so, and the axis label says SYNTHETIC when records are marked so.
   The same command writes ``<out stem>_context.csv`` beside the PDF (every TTS setting x benchmark and
