@@ -25,10 +25,9 @@ from envace.report.points import FIG3_BENCHMARK, FIG4_BENCHMARKS
 CFG = complete_config(config, source="snakemake config")
 
 
-OURS = ours_benchmarks(
-    CFG
-)  # our benchmarks beside the paper's (Tables 1-3, Figures 3-6)
-TTS_BENCHMARKS = tts_benchmarks(CFG)  # tts.benchmarks, then OURS
+# our benchmarks beside the paper's (Tables 1-3, Figures 3-6), and the TTS ones: tts.benchmarks, then OURS
+OURS = ours_benchmarks(CFG)
+TTS_BENCHMARKS = tts_benchmarks(CFG)
 RESULTS = CFG["paths"]["results"]
 FIGURES = CFG["paths"]["figures"]
 MODELS_DIR = CFG["paths"]["models"]
