@@ -53,6 +53,7 @@ def _run(argv: list[str], log: Path, timeout: float) -> None:
 #: ``config/smoke_ledger.yaml``, the ledger smoke DAG's overlay: this test's warm start and EnvACE run.
 OVERLAY = yaml.safe_load((ROOT / "config/smoke_ledger.yaml").read_text())
 RUN = OVERLAY["training"]["runs"]["envace_8b"]
+LEDGER = OVERLAY["benchmarks"]["ledger"]["ledger"]
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +82,13 @@ def warm_start(tmp_path_factory) -> Path:
 
 
 def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:
+    # benchmarks/ledger_rl.py builds the ledger's tasks with generator seed 0 (its ledger_spec)
+    assert LEDGER["seed"] == 0, "smoke_ledger.yaml: benchmarks.ledger.ledger.seed is not ledger_rl.py's 0"
     _run(["benchmarks/ledger_rl.py", "--base", str(warm), "--out", str(out),
           "--steps", str(RUN["total_steps"]), "--lr", str(RUN["lr"]),
           "--prompts", str(RUN["prompts_per_step"]), "--rollouts", str(RUN["rollouts_per_prompt"]),
-          "--seed", str(seed), "--sign", str(sign)],
+          "--reward", OVERLAY["training"]["reward"], "--n-train", str(LEDGER["n_train"]),
+          "--n-test", str(LEDGER["n_test"]), "--seed", str(seed), "--sign", str(sign)],
          out.parent / f"{out.name}.log", 3600)
     result = json.loads((out / "result.json").read_text())
     metrics = {k: v for k, v in result.items() if k != "args"}
