@@ -11,6 +11,17 @@ step, each at least ``MIN_AGREEMENT``. Prints each run's episode endings (``enva
 lowest agreement per policy. Where the config has ``report.learning`` (``config/smoke_ledger.yaml``),
 every listed model's ``trained - base`` on each of our benchmarks must RISE in the paper diff
 (``<results>/paper_diff.json``, ``learning``: the paired bootstrap interval over tasks lies above 0).
+
+Per run, from its outputs (:func:`check_outputs`): verl's file logger holds every step 1..total_steps
+exactly once (a resumed run must not log a step twice nor skip one); the done-file says the run ended at
+``total_steps`` and records verl's version; the last checkpoint is ``total_steps`` with HF weights
+(``actor/huggingface/*.safetensors``), and a per-role run updated both policies at every step and
+checkpointed both at every saved step;
+every policy's rollout-vs-actor agreement is at least ``MIN_AGREEMENT`` at every step; a standard-GRPO
+run has no REHEARSE row and got its observations from a simulator that ``envace train`` served with
+``vllm serve``. Of the DAG: some step of some run had advantages of both signs and a non-zero gradient
+(a GRPO update happened), and each Figure 5 checkpoint evaluation served that checkpoint's weights
+(``global_step_N`` and vLLM in its manifests).
 Reads the config, the rule logs (``<results>/logs/train/<run>.log``), verl's metrics
 (``<checkpoints>/<run>/metrics.jsonl``) and the diff. Exit 1 with the reasons if a check fails.
 
@@ -28,7 +39,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from envace.common.config import evaluation_pairs
+from envace.common.config import evaluation_pairs, figure5_models
 
 STEP = re.compile(r"step:(\d+) - ")
 CORR = "envace/rollout_actor_corr/"
@@ -38,7 +49,7 @@ MIN_AGREEMENT = 0.99  # a synced policy measures ~0.9997 on CPU; unsynced REHEAR
 
 def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
     problems = []
-    any_batch_spread = False
+    any_batch_spread = any_update = False
     logs = sorted((results / "logs" / "train").glob("*.log"))
     if not logs:
         return [f"no training logs in {results / 'logs' / 'train'}"]
@@ -67,13 +78,18 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
               + "; lowest rollout-vs-actor agreement "
               + (", ".join(f"{k} {v:.4f}" if v > float("-inf") else f"{k} missing at some step"
                            for k, v in corr.items()) or "not logged"))
-        if runs_cfg.get(run, {}).get("roles") == "per_role":
-            for policy in ("act", "rehearse"):
-                low = corr.get(policy, float("-inf"))
-                if low < MIN_AGREEMENT:
-                    seen = "not logged" if low == float("-inf") else f"{low:.4f}"
-                    problems.append(f"{run}: {policy} policy's rollout-vs-actor agreement {seen} at some "
-                                    f"step (want >= {MIN_AGREEMENT} at every step)")
+        policies = ("act", "rehearse") if runs_cfg.get(run, {}).get("roles") == "per_role" else tuple(corr)
+        for policy in policies or ("any",):
+            low = corr.get(policy, float("-inf"))
+            if low < MIN_AGREEMENT:
+                seen = "not logged" if low == float("-inf") else f"{low:.4f}"
+                problems.append(f"{run}: {policy} policy's rollout-vs-actor agreement {seen} at some "
+                                f"step (want >= {MIN_AGREEMENT} at every step)")
+        any_update |= any(_updated(r) for r in rows)
+        if run in runs_cfg:
+            problems += check_outputs(results, checkpoints, run, runs_cfg[run],
+                                      [json.loads(x)["step"] for x in lines], rows,
+                                      log.read_text(errors="replace"), rehearse)
         if len(steps) < 3:
             problems.append(f"{run}: {len(steps)} verl step lines in {log} (want >= 3)")
         if not rows:
@@ -89,6 +105,62 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
     if not any_batch_spread:
         problems.append("every batch of every run held equal rewards "
                         "(no GRPO update had a non-zero advantage)")
+    elif not any_update:
+        problems.append("no step of any run had advantages of both signs and a non-zero actor/grad_norm")
+    return problems
+
+
+def _updated(row: dict) -> bool:
+    """A step whose advantages had both signs and whose actor gradient was non-zero: a GRPO update."""
+    adv_max, adv_min = (float(row.get(f"critic/advantages/{k}", 0)) for k in ("max", "min"))
+    return adv_max > 0 > adv_min and float(row.get("actor/grad_norm", 0)) > 0
+
+
+def check_outputs(results: Path, checkpoints: Path, run: str, spec: dict, logged: list[int], rows: list[dict],
+                  log: str, rehearse_rows: float) -> list[str]:
+    """One run's logged steps, done-file, checkpoints and (standard GRPO) served simulator."""
+    total = int(spec["total_steps"])
+    problems = []
+    if logged != list(range(1, total + 1)):
+        problems.append(f"{run}: verl's metrics.jsonl logged steps {logged} (want 1..{total}, each once)")
+    done_file = results / "train" / run / "done.json"
+    done = json.loads(done_file.read_text()) if done_file.is_file() else {}
+    if done.get("last_step") != total or not done.get("versions", {}).get("verl"):
+        problems.append(f"{run}: done-file {done_file} says last_step {done.get('last_step')}, verl "
+                        f"{done.get('versions', {}).get('verl')} (want {total} and a version)")
+    ck = checkpoints / run
+    latest = ck / "latest_checkpointed_iteration.txt"
+    if not latest.is_file() or latest.read_text().strip() != str(total):
+        problems.append(f"{run}: {latest} is not {total}")
+    if not list((ck / f"global_step_{total}" / "actor" / "huggingface").glob("*.safetensors")):
+        problems.append(f"{run}: no HF weights in {ck / f'global_step_{total}' / 'actor' / 'huggingface'}")
+    if spec.get("roles") == "per_role":
+        problems += [f"{run}: {d.name} has no rehearse_actor/ (the REHEARSE policy was not checkpointed)"
+                     for d in sorted(ck.glob("global_step_*")) if not (d / "rehearse_actor").is_dir()]
+        problems += [f"{run}: step {n} did not update both policies (actor/pg_loss, rehearse_actor/pg_loss)"
+                     for n, row in zip(logged, rows, strict=True)
+                     if not {"actor/pg_loss", "rehearse_actor/pg_loss"} <= set(row)]
+    if spec.get("algorithm") == "grpo":
+        if rehearse_rows:
+            problems.append(f"{run}: standard GRPO trained {rehearse_rows:.0f} REHEARSE rows (want 0)")
+        if "starting vllm serve" not in log or "envace.simulator.base_url=http://" not in log:
+            problems.append(f"{run}: its log shows no simulator served by vllm serve")
+    return problems
+
+
+def check_checkpoint_evals(results: Path, cfg: dict) -> list[str]:
+    """Each Figure 5 checkpoint model's evaluation manifests name its ``global_step_N`` and vLLM."""
+    problems = []
+    for step, model in figure5_models(cfg).items():
+        if model == cfg["evaluation"]["checkpoints"]["run"]:
+            continue  # the run's final model: evaluated as itself
+        manifests = sorted((results / "eval" / model).glob("*/*.manifest.json"))
+        if not manifests:
+            problems.append(f"{model}: no evaluation manifest in {results / 'eval' / model}")
+        for path in manifests:
+            text = path.read_text()
+            if f"global_step_{step}" not in text or "vllm" not in text:
+                problems.append(f"{path}: does not name global_step_{step} and vLLM (the checkpoint served)")
     return problems
 
 
@@ -137,6 +209,7 @@ def main() -> int:
     results, checkpoints = (Path(a) for a in sys.argv[1:3])
     cfg = merged([Path(a) for a in sys.argv[3:]] or [SMOKE_CONFIG])
     problems = check(results, checkpoints, trained_runs(cfg))
+    problems += check_checkpoint_evals(results, cfg)
     problems += check_learning(results / "paper_diff.json", cfg.get("report", {}).get("learning"))
     for p in problems:
         print("FAIL:", p, file=sys.stderr)

@@ -5,7 +5,7 @@ weather tool.
 The warm-started model is built by ``envace tiny-model --cache`` (~2.5 min on 2 cores) in its build cache,
 ``.cache/tiny-model/tiny-<key>`` (``ENVACE_TINY_MODEL_CACHE`` moves it; the key hashes everything the build
 reads, see :mod:`envace.cli.tiny_model`), and each test session copies it: a code change rebuilds
-it, and one CI run (``make test``, ``tests/slurm``, then the smoke DAG) builds it once.
+it, and one CI run (``make test``, then the smoke DAG) builds it once.
 """
 
 import json

@@ -6,16 +6,19 @@ settings come from the config's ``tiny_model`` block: ``seed`` and ``warmstart``
 (:class:`envace.train.warmstart.Stage`: records file(s), steps, lr, batch rows, behaviours, renderings)
 run in order so the model emits parseable tool calls, rehearsals and answers and, as a simulated user,
 plain-text requests; ``--seed`` / ``--warmstart JSON`` replace them (the smoke DAG passes both, from the
-config). Each stage's losses go to the done-file and the log.
+config). Each stage's losses go to the done-file and the log. The build pins its CPU numerics first
+(:func:`envace.train.numerics.pin`: ``tiny_model.threads`` / ``--threads`` and AVX2 kernels), so the same
+settings give the same weights on any x86-64 machine; the done-file records them (``numerics``).
 
 Build cache (ours, off unless asked for): with ``--cache DIR`` (default: the environment variable
 ``ENVACE_TINY_MODEL_CACHE``) a build is stored as ``DIR/tiny-<key>`` and a later build with the same key
 copies it instead of training again. The key (:func:`build_key`) hashes everything the build reads: the
 seed and warm-start stages, each stage's records' bytes (not their paths), every file of the ``envace``
-package, the torch and transformers versions and torch's thread count (a CPU SFT's float sums depend on
-it). The test suite builds through it, and CI points the smoke DAG at the same folder, so one CI run
-warm-starts the model once; ``make smoke`` without the variable always builds. The done-file says whether
-the model came from the cache (``cache.hit``) and under which key.
+package, the torch and transformers versions and the pinned numerics (thread count and CPU kernels,
+:mod:`envace.train.numerics`: a CPU SFT's float sums depend on both). The test suite builds through it,
+and CI points the smoke DAG at the same folder, so one CI run warm-starts the model once; ``make smoke``
+without the variable always builds. The done-file says whether the model came from the cache
+(``cache.hit``) and under which key.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -35,6 +39,7 @@ from typing import Any
 from envace.common.config import DEFAULT_CONFIG
 
 CACHE_ENV = "ENVACE_TINY_MODEL_CACHE"
+DEFAULT_THREADS = 2  # tiny_model.threads' default (the schema's)
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -46,6 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="config whose tiny_model block gives the settings no flag gives "
                         "(default: %(default)s)")
     p.add_argument("--seed", type=int, help="seed of the random weights and the warm start (tiny_model.seed)")
+    p.add_argument("--threads", type=int,
+                   help="torch threads of the warm start, pinned with its CPU kernels (tiny_model.threads, "
+                        f"default {DEFAULT_THREADS})")
     p.add_argument("--warmstart", type=_stages_json, metavar="JSON",
                    help="the warm-start stages as a JSON list (tiny_model.warmstart); '[]' = untrained")
     p.add_argument("--cache", default=os.environ.get(CACHE_ENV) or None,
@@ -65,20 +73,22 @@ def _stages_json(text: str) -> list[Any]:
 
 
 def resolve_settings(args: argparse.Namespace) -> None:
-    """Fill ``args.seed`` and ``args.stages`` (:class:`~envace.train.warmstart.Stage` s) from the flags, else
-    from ``--config``'s ``tiny_model``; :class:`envace.common.config.ConfigError` names a setting
-    neither gives, or a malformed stage (``tiny_model.warmstart[i].key``)."""
+    """Fill ``args.seed``, ``args.threads`` and ``args.stages`` (:class:`~envace.train.warmstart.Stage` s)
+    from the flags, else from ``--config``'s ``tiny_model``; :class:`envace.common.config.ConfigError`
+    names a setting neither gives, or a malformed stage (``tiny_model.warmstart[i].key``)."""
     from envace.common.config import ConfigError, load_config
     from envace.train.warmstart import Stage
 
     stages = args.warmstart
-    if args.seed is None or stages is None:
+    args.threads = getattr(args, "threads", None)  # callers that build the namespace may leave it out
+    if args.seed is None or stages is None or args.threads is None:
         tiny = load_config(args.config).get("tiny_model") or {}
         for key, flag in (("seed", "--seed"), ("warmstart", "--warmstart")):
             if getattr(args, key) is None and key not in tiny:
                 raise ConfigError(f"{args.config}: tiny_model.{key} is not set (or pass {flag})")
         args.seed = tiny["seed"] if args.seed is None else args.seed
         stages = tiny["warmstart"] if stages is None else stages
+        args.threads = tiny.get("threads", DEFAULT_THREADS) if args.threads is None else args.threads
     try:
         args.stages = [Stage.parse(spec, f"tiny_model.warmstart[{i}]") for i, spec in enumerate(stages)]
     except ValueError as exc:
@@ -87,7 +97,7 @@ def resolve_settings(args: argparse.Namespace) -> None:
 
 def build_key(args: argparse.Namespace) -> str:
     """16 hex digits over everything the build reads (see the module docstring)."""
-    import torch
+    from envace.train.numerics import X86_PINS
 
     stages = [{k: v for k, v in stage.as_dict().items() if k != "data"} for stage in args.stages]
     h = hashlib.sha256(json.dumps({"seed": args.seed, "stages": stages}).encode())
@@ -100,7 +110,7 @@ def build_key(args: argparse.Namespace) -> str:
             h.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes())
     for dist in ("torch", "transformers"):
         h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
-    h.update(f"threads={torch.get_num_threads()}".encode())
+    h.update(json.dumps({"threads": args.threads, "pins": X86_PINS, "machine": platform.machine()}).encode())
     return h.hexdigest()[:16]
 
 
@@ -123,12 +133,15 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from envace.serve.tiny_model import build_tiny_model
+    from envace.train.numerics import pin
     from envace.train.warmstart import sft
 
+    numerics = pin(args.threads)  # before the first tensor operation
     out = build_tiny_model(args.out, seed=args.seed)
     model = AutoModelForCausalLM.from_pretrained(out)
     info: dict[str, Any] = {"path": str(out), "seed": args.seed,
-                            "parameters": sum(p.numel() for p in model.parameters()), "warmstart": []}
+                            "parameters": sum(p.numel() for p in model.parameters()), "numerics": numerics,
+                            "warmstart": []}
     if not args.stages:
         return info
     tokenizer = AutoTokenizer.from_pretrained(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -13,31 +14,48 @@ _spec = importlib.util.spec_from_file_location("check_smoke_training",
 check_smoke_training = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(check_smoke_training)
 
-RUNS = {"envace_8b": {"roles": "shared"}, "per_role_8b": {"roles": "per_role"}}
+RUNS = {"envace_8b": {"roles": "shared", "total_steps": 3},
+        "per_role_8b": {"roles": "per_role", "total_steps": 3}}
+GRPO = {"algorithm": "grpo", "roles": "shared", "total_steps": 3}
+SERVED = "starting vllm serve ... envace.simulator.base_url=http://127.0.0.1:8000/v1\n"
 
 
 def _row(step: int, **extra: float) -> dict:
     data = {"envace/rows/act": 3.0, "envace/rows/rehearse": 2.0, "critic/score/max": 1.0,
-            "critic/score/min": 0.0, "envace/termination/final_answer": 1.0, **extra}
+            "critic/score/min": 0.0, "envace/termination/final_answer": 1.0, "critic/advantages/max": 0.7,
+            "critic/advantages/min": -0.7, "actor/grad_norm": 0.3, **extra}
     return {"step": step, "data": data}
 
 
-def _write(tmp: Path, run: str, rows: list[dict]) -> None:
+def _write(tmp: Path, run: str, rows: list[dict], log: str = "") -> None:
+    """A run's outputs as the DAG leaves them: rule log, verl's metrics.jsonl, done-file, checkpoints."""
     logs = tmp / "results" / "logs" / "train"
     logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{run}.log").write_text("".join(f"step:{r['step']} - x:1\n" for r in rows))
+    (logs / f"{run}.log").write_text(log + "".join(f"step:{r['step']} - x:1\n" for r in rows))
     ck = tmp / "checkpoints" / run
     ck.mkdir(parents=True, exist_ok=True)
     (ck / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    last = max((r["step"] for r in rows), default=0)
+    (ck / "latest_checkpointed_iteration.txt").write_text(str(last))
+    for policy in ("actor", "rehearse_actor"):
+        hf = ck / f"global_step_{last}" / policy / "huggingface"
+        hf.mkdir(parents=True, exist_ok=True)
+        (hf / "model.safetensors").write_bytes(b"w")
+    done = tmp / "results" / "train" / run / "done.json"
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps({"run": run, "last_step": last, "versions": {"verl": "0.9.1"}}))
 
 
 def _check(tmp: Path) -> list[str]:
     return check_smoke_training.check(tmp / "results", tmp / "checkpoints", RUNS)
 
 
+UPDATES = {"actor/pg_loss": 0.1, "rehearse_actor/pg_loss": 0.2}
+
+
 def _synced(step: int) -> dict:
     return _row(step, **{"envace/rollout_actor_corr/act": 0.9997,
-                         "envace/rollout_actor_corr/rehearse": 0.9996})
+                         "envace/rollout_actor_corr/rehearse": 0.9996, **UPDATES})
 
 
 def test_healthy_runs_pass(tmp_path):
@@ -47,8 +65,8 @@ def test_healthy_runs_pass(tmp_path):
 
 
 def test_per_role_agreement_missing_at_one_step_or_low_fails(tmp_path):
-    _write(tmp_path, "envace_8b", [_row(n) for n in (1, 2, 3)])
-    rows = [_synced(1), _row(2, **{"envace/rollout_actor_corr/act": 0.9995}), _synced(3)]
+    _write(tmp_path, "envace_8b", [_row(n, **{"envace/rollout_actor_corr/shared": 0.999}) for n in (1, 2, 3)])
+    rows = [_synced(1), _row(2, **{"envace/rollout_actor_corr/act": 0.9995}, **UPDATES), _synced(3)]
     rows[2]["data"]["envace/rollout_actor_corr/act"] = 0.97
     _write(tmp_path, "per_role_8b", rows)
     problems = _check(tmp_path)
@@ -58,7 +76,8 @@ def test_per_role_agreement_missing_at_one_step_or_low_fails(tmp_path):
 
 
 def test_equal_rewards_missing_run_and_no_rehearse_rows_fail(tmp_path):
-    flat = [_row(n, **{"critic/score/max": 0.0, "envace/rows/rehearse": 0.0}) for n in (1, 2, 3)]
+    flat = [_row(n, **{"critic/score/max": 0.0, "envace/rows/rehearse": 0.0,
+                       "envace/rollout_actor_corr/shared": 0.999}) for n in (1, 2, 3)]
     _write(tmp_path, "envace_8b", flat)
     problems = _check(tmp_path)
     assert "per_role_8b: configured but no training log" in problems[0], problems
@@ -71,7 +90,9 @@ def test_equal_rewards_missing_run_and_no_rehearse_rows_fail(tmp_path):
 def test_uniform_batches_fail_only_when_every_run_has_them(tmp_path):
     """A run whose batches are each uniform (all 0, then all 1) passes while another run's batch had a
     spread; the same in every run fails the DAG. A run with one reward throughout fails on its own."""
-    uniform = [_row(1, **{"critic/score/max": 0.0}), *(_row(n, **{"critic/score/min": 1.0}) for n in (2, 3))]
+    corr = {"envace/rollout_actor_corr/shared": 0.999}
+    uniform = [_row(1, **{"critic/score/max": 0.0}, **corr), *(_row(n, **{"critic/score/min": 1.0}, **corr)
+                                                              for n in (2, 3))]
     _write(tmp_path, "envace_8b", uniform)
     _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
     assert _check(tmp_path) == []
@@ -81,6 +102,68 @@ def test_uniform_batches_fail_only_when_every_run_has_them(tmp_path):
     assert _check(tmp_path) == [
         "per_role_8b: every reward equal (1.000) at every step",
         "every batch of every run held equal rewards (no GRPO update had a non-zero advantage)"]
+
+
+def test_a_run_logs_each_step_once_and_ends_with_its_checkpoint(tmp_path):
+    """Outputs a killed-and-resumed run could get wrong: a step logged twice or skipped, a done-file or
+    checkpoint short of total_steps, no HF weights, a per-role step without the REHEARSE policy."""
+    corr = {"envace/rollout_actor_corr/shared": 0.999}
+    _write(tmp_path, "envace_8b", [_row(n, **corr) for n in (1, 2, 2, 3)])
+    rows = [_synced(n) for n in (1, 2, 3)]
+    del rows[1]["data"]["rehearse_actor/pg_loss"]
+    _write(tmp_path, "per_role_8b", rows)
+    (tmp_path / "checkpoints" / "per_role_8b" / "global_step_2").mkdir()
+    assert _check(tmp_path) == [
+        "envace_8b: verl's metrics.jsonl logged steps [1, 2, 2, 3] (want 1..3, each once)",
+        "per_role_8b: global_step_2 has no rehearse_actor/ (the REHEARSE policy was not checkpointed)",
+        "per_role_8b: step 2 did not update both policies (actor/pg_loss, rehearse_actor/pg_loss)"]
+    _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
+    shutil.rmtree(tmp_path / "checkpoints" / "envace_8b" / "global_step_3")
+    _write(tmp_path, "envace_8b", [_row(n, **corr) for n in (1, 2)])  # stopped after step 2
+    problems = [p for p in _check(tmp_path) if p.startswith("envace_8b: ")]
+    assert problems[0] == "envace_8b: verl's metrics.jsonl logged steps [1, 2] (want 1..3, each once)"
+    assert "last_step 2" in problems[1] and "latest_checkpointed_iteration.txt is not 3" in problems[2]
+    assert "no HF weights in" in problems[3] and "2 verl step lines" in problems[4], problems
+
+
+def test_standard_grpo_has_no_rehearse_rows_and_a_served_simulator(tmp_path):
+    corr = {"envace/rollout_actor_corr/shared": 0.999}
+    runs = {"grpo_8b": GRPO}
+    _write(tmp_path, "grpo_8b", [_row(n, **corr, **{"envace/rows/rehearse": 0.0}) for n in (1, 2, 3)], SERVED)
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == []
+    _write(tmp_path, "grpo_8b", [_row(n, **corr) for n in (1, 2, 3)])
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [
+        "grpo_8b: standard GRPO trained 6 REHEARSE rows (want 0)",
+        "grpo_8b: its log shows no simulator served by vllm serve"]
+
+
+def test_a_dag_without_an_update_or_with_an_unsynced_shared_policy_fails(tmp_path):
+    flat = {"critic/advantages/max": 0.0, "critic/advantages/min": 0.0,
+            "envace/rollout_actor_corr/shared": 0.5}
+    _write(tmp_path, "envace_8b", [_row(n, **flat) for n in (1, 2, 3)])
+    _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
+    for row in (rows := [_synced(n) for n in (1, 2, 3)]):
+        row["data"]["actor/grad_norm"] = 0.0
+    _write(tmp_path, "per_role_8b", rows)
+    assert _check(tmp_path) == [
+        "envace_8b: shared policy's rollout-vs-actor agreement 0.5000 at some step (want >= 0.99 at every "
+        "step)",
+        "no step of any run had advantages of both signs and a non-zero actor/grad_norm"]
+
+
+def test_checkpoint_evaluations_serve_the_checkpoint(tmp_path):
+    cfg = check_smoke_training.merged([ROOT / "config/smoke.yaml"])
+    results = tmp_path / "results"
+    problems = check_smoke_training.check_checkpoint_evals(results, cfg)
+    folder = results / "eval" / "envace_8b-step0002"
+    assert problems == [f"envace_8b-step0002: no evaluation manifest in {folder}"]
+    manifest = results / "eval" / "envace_8b-step0002" / "tau2" / "seed0.manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"model": "checkpoints/smoke/envace_8b/global_step_4/actor/huggingface",
+                                    "server": {"kind": "vllm"}}))
+    assert "does not name global_step_2" in check_smoke_training.check_checkpoint_evals(results, cfg)[0]
+    manifest.write_text(manifest.read_text().replace("global_step_4", "global_step_2"))
+    assert check_smoke_training.check_checkpoint_evals(results, cfg) == []
 
 
 def _learning(model: str, low: float | None, status: str) -> dict:

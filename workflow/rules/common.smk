@@ -199,10 +199,14 @@ def tiny_model_data():
 
 
 def tiny_model_args():
-    """`envace tiny-model` flags from the config's tiny_model block (seed, warm-start stages as JSON)."""
+    """`envace tiny-model` flags from the config's tiny_model block (seed, pinned threads, warm-start
+    stages as JSON)."""
     tiny = CFG.get("tiny_model", {})
     stages = json.dumps(_warmstart_stages(), separators=(",", ":"))
-    return f"--seed {tiny.get('seed', 0)} --warmstart {shlex.quote(stages)}"
+    return (
+        f"--seed {tiny.get('seed', 0)} --threads {tiny.get('threads', 2)} "
+        f"--warmstart {shlex.quote(stages)}"
+    )
 
 
 def model_gpus(model):

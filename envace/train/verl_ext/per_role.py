@@ -31,7 +31,7 @@ once; colocating two hybrid (train + vLLM) engines per GPU is not a layout verl 
 
 Verified on CPU (tests/train/verl_ext/test_per_role.py): the node split, routing with stand-in clients, the
 split of a batch (``KVBatchMeta`` and ``DataProto``), the checkpoint paths and the config checks; the
-whole per-role run through verl's ``main_ppo`` in tests/train/verl_ext/test_per_role_main_ppo.py.
+whole per-role run through verl's ``main_ppo`` in the smoke DAG (``benchmarks/check_smoke_training.py``).
 """
 
 from __future__ import annotations

@@ -77,11 +77,11 @@ per policy, tiny model, 2026-12-01): 2 steps with both roles' rows trained (4 AC
 and rollout-vs-actor correlation ACT 0.99990 / 0.99995, REHEARSE 0.99970 / 0.99980; both policies
 checkpointed, then resumed from step 2 through verl's resume (both loaded) for step 3 (ACT 0.99976,
 REHEARSE 0.99978); with the REHEARSE sync skipped (``ENVACE_TEST_SKIP_REHEARSE_SYNC=all``) the guard
-stops the run at step 1 (REHEARSE 0.0038) before any checkpoint. Resume is now tested where a cluster
-needs it (tests/slurm/test_fault_injection.py, CI): the Slurm job ``scancel``-ed after its step-2
-checkpoint, the re-run resumes both policies from that step (verl's line for ACT, ours for REHEARSE)
-and every step of both attempts logs both agreements >= 0.99. NOT verified: more than one replica per
-policy through Ray (unit-tested only), multi-node, GPUs.
+stops the run at step 1 (REHEARSE 0.0038) before any checkpoint. Resume is tested where a cluster
+needs it: in CI's smoke DAG through Slurm the job is ``scancel``-ed after its first checkpoint and
+Snakemake's retry resumes both policies from that step (verl's line for ACT, ours for REHEARSE;
+``benchmarks/faults.py``), and every step logs both agreements >= 0.99 (``check_smoke_training.py``).
+NOT verified: more than one replica per policy through Ray (unit-tested only), multi-node, GPUs.
 """
 
 from __future__ import annotations

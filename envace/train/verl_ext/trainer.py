@@ -50,7 +50,7 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
 
 Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is
 verl's. Verified: the guard's decisions in tests/train/verl_ext/test_per_role_trainer.py; the whole trainer
-through verl's real ``main_ppo`` on CPU in tests/train/verl_ext/test_main_ppo_cpu.py (shared policy; measured
+through verl's real ``main_ppo`` on CPU in the smoke DAG (shared policy; measured
 2026-12-01, steps 1 / 2: all rows 0.99980 / 0.99975, ACT rows 0.99996 / 0.99971, REHEARSE rows 0.99980 /
 0.99974) and
 test_per_role_main_ppo.py (per-role subclass, including the guard stopping

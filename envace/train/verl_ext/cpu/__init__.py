@@ -39,10 +39,9 @@ registers its FSDP engine only for cuda/npu, ``workers/engine/base.py:405``); th
 :mod:`envace.train.verl_ext.compose` / :mod:`envace.train.verl_ext.launch`, never hidden here.
 
 Guard: the shims are written against verl 0.9.1 and vllm 0.30.0. Importing this module with other
-versions raises :class:`UnsupportedVersion` naming what to re-check. Verified on a 2-core x86 CPU
-(tests/train/verl_ext/test_main_ppo_cpu.py): main_ppo GRPO steps of the envace runs, weight sync checked by
-the
-rollout-vs-actor log-prob agreement.
+versions raises :class:`UnsupportedVersion` naming what to re-check. Verified on a 2-core x86 CPU (the
+smoke DAG): main_ppo GRPO steps of the envace runs, weight sync checked by the rollout-vs-actor log-prob
+agreement.
 """
 
 from __future__ import annotations

@@ -1,0 +1,106 @@
+"""CI's fault injection into the smoke DAG (benchmarks/faults.py): its check on hand-made outputs of a DAG
+that recovered, and of DAGs that did not; how it finds a job's rule log and counts Slurm submissions.
+The injection itself runs only against a live Slurm (CI's smoke stage)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("faults", ROOT / "benchmarks" / "faults.py")
+faults = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(faults)
+
+RUN, SAVED, TOTAL = "per_role_8b", 2, 4
+
+
+def _line(task: str, sample: int, score: float) -> dict:
+    return {"task_id": task, "sample": sample, "score": score}
+
+
+def _dag(tmp: Path, resumed_from: int = SAVED, retry_steps: tuple[int, ...] = (3, 4),
+         final: list[dict] | None = None, extra_retry: str | None = None) -> tuple[Path, Path, Path]:
+    """RESULTS, CHECKPOINTS and a config as a recovered DAG leaves them (arguments break one part)."""
+    results, ckpt = tmp / "results", tmp / "checkpoints"
+    config = tmp / "config.yaml"
+    config.write_text(json.dumps({"training": {"runs": {RUN: {"roles": "per_role", "total_steps": TOTAL,
+                                                               "save_every": SAVED}}}}))
+    done = results / "train" / RUN / "done.json"
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"resumed_from": resumed_from, "last_step": TOTAL}))
+    log = results / "logs" / "train" / f"{RUN}.log"
+    log.parent.mkdir(parents=True)
+    resumed = ckpt / RUN / f"global_step_{SAVED}"
+    log.write_text(f"Resuming from {resumed}\nREHEARSE policy resumed from {resumed / 'rehearse_actor'}\n"
+                   + "".join(f"(TaskRunner) step:{n} - a:1\nstep:{n} - a:1\n" for n in retry_steps))
+    out = results / "eval" / "qwen3_8b" / "bfcl_v4" / "seed0.jsonl"
+    out.parent.mkdir(parents=True)
+    kept = [_line("t1", 0, 1.0)]
+    final = [*kept, _line("t2", 0, 0.0), _line("t3", 0, 1.0)] if final is None else final
+    out.write_text("".join(json.dumps(x) + "\n" for x in final))
+    out.with_name("seed0.manifest.json").write_text(json.dumps({"complete": True, "n_samples": len(final)}))
+    job_log = results / "logs" / "eval" / "qwen3_8b" / "table1.log"
+    job_log.parent.mkdir(parents=True)
+    job_log.write_text(f"envace eval: wrote {out} ({len(final) - 1} new samples in 3.0 s, vllm)\n")
+    slurm = results / "logs" / "slurm"
+    jobs = {"rule_train/per_role_8b": 2, "rule_evaluate_table1/qwen3_8b": 2, "rule_train/envace_8b": 1,
+            "rule_figure/fig3": 1}
+    if extra_retry:
+        jobs[extra_retry] = 2
+    for job, n in jobs.items():
+        (slurm / job).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            (slurm / job / f"{100 + i}.log").write_text("x")
+    record = {"training": {"run": RUN, "slurm_job": "17", "saved_step": SAVED},
+              "evaluation": {"out": str(out), "job_log": str(job_log), "kept": kept,
+                             "first_attempt_log": {"died": True, "resume_hint": True, "error": True}}}
+    (results / "faults.json").write_text(json.dumps(record))
+    return results, ckpt, config
+
+
+def _check(results: Path, ckpt: Path, config: Path, capsys) -> tuple[int, str]:
+    rc = faults.main(["check", str(results), str(ckpt), str(config)])
+    return rc, capsys.readouterr().err
+
+
+def test_a_recovered_dag_passes(tmp_path, capsys):
+    rc, err = _check(*_dag(tmp_path), capsys)
+    assert rc == 0, err
+
+
+def test_a_run_that_restarted_from_scratch_fails(tmp_path, capsys):
+    rc, err = _check(*_dag(tmp_path, resumed_from=0, retry_steps=(1, 2, 3, 4)), capsys)
+    assert rc == 1
+    assert "resumed_from 0" in err and "the retry logged verl steps [1, 2, 3, 4] (want 3..4)" in err, err
+
+
+def test_an_evaluation_that_lost_or_repeated_samples_fails(tmp_path, capsys):
+    changed = [_line("t1", 0, 0.0), _line("t2", 0, 0.0), _line("t2", 0, 0.0)]
+    rc, err = _check(*_dag(tmp_path, final=changed), capsys)
+    assert rc == 1
+    assert "duplicate samples [('t2', 0)]" in err and "missing or changed: [('t1', 0)]" in err, err
+
+
+def test_a_job_retried_without_a_fault_fails(tmp_path, capsys):
+    rc, err = _check(*_dag(tmp_path, extra_retry="rule_figure/fig4"), capsys)
+    assert rc == 1 and "a job retried without a fault is a finding" in err, err
+
+
+def test_no_record_means_no_fault_was_injected(tmp_path, capsys):
+    results, ckpt, config = _dag(tmp_path)
+    (results / "faults.json").unlink()
+    rc, err = _check(results, ckpt, config, capsys)
+    assert rc == 1 and "the faults were not injected" in err
+
+
+@pytest.mark.parametrize(("cmd", "log"), [
+    ("bash -c set -euo pipefail;  envace eval --config c.json --out 'r/eval/m/{benchmark}/seed{seed}.jsonl' "
+     "> r/logs/eval/m/table1.log 2>&1", "r/logs/eval/m/table1.log"),
+    ("envace eval --config c.json --out x.jsonl", None),
+])
+def test_rule_log_of_a_job_command(cmd, log):
+    assert faults.rule_log(cmd) == log
