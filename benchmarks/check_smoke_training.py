@@ -16,12 +16,12 @@ Per run, from its outputs (:func:`check_outputs`): verl's file logger holds ever
 exactly once (a resumed run must not log a step twice nor skip one); the done-file says the run ended at
 ``total_steps`` and records verl's version; the last checkpoint is ``total_steps`` with HF weights
 (``actor/huggingface/*.safetensors``), and a per-role run updated both policies at every step and
-checkpointed both at every saved step;
-every policy's rollout-vs-actor agreement is at least ``MIN_AGREEMENT`` at every step; a standard-GRPO
-run has no REHEARSE row and got its observations from a simulator that ``envace train`` served with
-``vllm serve``. Of the DAG: some step of some run had advantages of both signs and a non-zero gradient
-(a GRPO update happened), and each Figure 5 checkpoint evaluation served that checkpoint's weights
-(``global_step_N`` and vLLM in its manifests).
+checkpointed both at every saved step; every trained policy's rollout-vs-actor agreement (a shared run's
+on all its rows) is at least ``MIN_AGREEMENT`` at every step; a standard-GRPO run has no REHEARSE row and
+got its observations from a simulator that ``envace train`` served with ``vllm serve``. Of the DAG: some
+step of some run had advantages of both signs and a non-zero gradient (a GRPO update happened), and each
+Figure 5 checkpoint evaluation served that checkpoint's weights (``global_step_N`` and vLLM in its
+manifests).
 Reads the config, the rule logs (``<results>/logs/train/<run>.log``), verl's metrics
 (``<checkpoints>/<run>/metrics.jsonl``) and the diff. Exit 1 with the reasons if a check fails.
 
@@ -78,8 +78,10 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
               + "; lowest rollout-vs-actor agreement "
               + (", ".join(f"{k} {v:.4f}" if v > float("-inf") else f"{k} missing at some step"
                            for k, v in corr.items()) or "not logged"))
-        policies = ("act", "rehearse") if runs_cfg.get(run, {}).get("roles") == "per_role" else tuple(corr)
-        for policy in policies or ("any",):
+        # the trained policies: a per-role run's two; a shared run's one, on all its rows ("shared"; its
+        # per-role subsets, "shared/act" and "shared/rehearse", are printed: a step may have no row of one)
+        policies = ("act", "rehearse") if runs_cfg.get(run, {}).get("roles") == "per_role" else ("shared",)
+        for policy in policies:
             low = corr.get(policy, float("-inf"))
             if low < MIN_AGREEMENT:
                 seen = "not logged" if low == float("-inf") else f"{low:.4f}"
