@@ -87,11 +87,19 @@ def fig3(ctx: ReportContext, fig: Figure) -> None:
         xs = list(range(len(names)))
         heights = [cells[n].interval.point if cells[n].ok else 0.0 for n in names]
         ax.bar(xs, heights, color="steelblue", alpha=0.6)
-        _errorbar(ax, xs, [cells[n] for n in names], "ours (95% CI)", fmt="none", ecolor="black")
+        # a marker and the value at each of our points: a bar of height 0 is otherwise invisible
+        _errorbar(ax, xs, [cells[n] for n in names], "ours (95% CI)", fmt="o", color="black", ecolor="black",
+                  markersize=4)
+        for x, n in zip(xs, names, strict=True):
+            if cells[n].ok:
+                ax.annotate(f"{cells[n].interval.point:.1f}", (x, cells[n].interval.high), ha="center",
+                            va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
         if bench == points.FIG3_BENCHMARK:
             _paper(ax, xs, [ctx.paper["figure3"]["points"].get(n) for n in names])
         ax.set_xticks(xs, [n.replace("_", " ") for n in names])
         ax.set_ylabel(f"{_bench_title(bench)} average (%)")
+        low, high = ax.get_ylim()  # room below 0, so a point at 0 sits above the axis, not on it
+        ax.set_ylim(min(low, 0.0) - 0.04 * (high - min(low, 0.0)), high * 1.08 if high > 0 else 1.0)
         ax.legend()
     fig.suptitle("Ablation (Figure 3)")
 

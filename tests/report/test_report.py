@@ -312,3 +312,20 @@ def test_claims_on_crafted_results(results_copy: Path, tmp_path: Path, rewrite) 
     assert claims["shared_beats_per_role"]["status"] == "INCONCLUSIVE"  # identical: degenerate 0
     assert claims["parallel_tts_helps"]["status"] == "REFUTED"  # base rehearsal helps too
     assert rc == 1
+
+
+def test_fig3_shows_our_zero_points_above_the_axis(results_copy: Path, cfg: dict, rewrite) -> None:
+    """A model scoring 0 gets a bar of height 0: its marker and value must still show, above the axis."""
+    from matplotlib.figure import Figure
+
+    from envace.report import points
+    from envace.report.figures import fig3
+
+    rewrite(results_copy, "eval", cfg["report"]["fig3"]["grpo"], points.FIG3_BENCHMARK, 0.0)
+    fig = Figure()
+    fig3(ReportContext(cfg, results_copy, resamples=50), fig)
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] < 0  # room below 0
+    markers = [(x, y) for line in ax.get_lines() for x, y in line.get_xydata() if line.get_marker() == "o"]
+    assert (0.0, 0.0) in markers, markers  # grpo is Figure 3's first point
+    assert "0.0" in [t.get_text() for t in ax.texts]
