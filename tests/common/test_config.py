@@ -53,7 +53,7 @@ def test_paper_hyperparameters(paper):
     assert run["base_model"] == "Qwen/Qwen3-8B"
     assert run["total_steps"] == 470 and run["lr"] == 1e-6
     assert run["prompts_per_step"] * run["rollouts_per_prompt"] == 64
-    assert (run["max_prompt_tokens"], run["max_response_tokens"], run["max_turns"]) == (12288, 8192, 30)
+    assert (run["max_prompt_tokens"], run["max_response_tokens"], run["max_turns"]) == (12000, 8000, 30)
     assert (run["clip_ratio"], run["dual_clip"], run["entropy_coef"]) == (0.2, 3.0, 0.0)
     assert run["kl"] == {"use_kl_loss": False, "coef": 1e-4}
     assert paper["seeds"] == [0, 1, 2, 3]

@@ -31,8 +31,8 @@ def test_paper_values(composed, run):
     assert c.trainer.total_training_steps == 470
     assert a.optim.lr == pytest.approx(1e-6)
     assert c.data.train_batch_size == 16 and ro.n == 4
-    assert c.data.max_prompt_length == 12288 and c.data.max_response_length == 8192
-    assert ro.prompt_length == 12288 and ro.response_length == 8192  # interpolated from data.*
+    assert c.data.max_prompt_length == 12000 and c.data.max_response_length == 8000
+    assert ro.prompt_length == 12000 and ro.response_length == 8000  # interpolated from data.*
     assert c.envace.max_turns == 30
     assert a.clip_ratio == pytest.approx(0.2) and a.clip_ratio_c == pytest.approx(3.0)
     assert a.loss_agg_mode == "seq-mean-token-mean" and a.entropy_coeff == 0  # authors' effective loss
