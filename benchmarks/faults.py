@@ -103,11 +103,12 @@ def ancestors(pid: int, procs: dict[int, tuple[int, str]]) -> list[str]:
     return chain
 
 
-def eval_server(out: Path) -> tuple[list[int], str | None]:
+def eval_server(out: Path, procs: dict[int, tuple[int, str]] | None = None) -> tuple[list[int], str | None]:
     """Pids of ``vllm serve`` processes of the ``envace eval`` that writes ``out``, inside a Slurm job, and
-    that job's rule log (the ``> LOG`` of its shell command)."""
-    procs = processes()
-    found, log = [], None
+    that job's rule log (the ``> LOG`` of its shell command). ``procs``: :func:`processes` (default: now)."""
+    procs = processes() if procs is None else procs
+    found: list[int] = []
+    log = None
     model_dir = f"{out.parent.parent}/"  # eval/<model>/: not a prefix of eval/<model>-step...
     for pid, (_, cmd) in procs.items():
         argv = cmd.split()
@@ -117,7 +118,7 @@ def eval_server(out: Path) -> tuple[list[int], str | None]:
         job = [c for c in chain if " eval " in c and model_dir in c]
         if job and any("slurmstepd" in c for c in chain):
             found.append(pid)
-            log = next((found for c in job if (found := rule_log(c))), log)
+            log = next((path for c in job if (path := rule_log(c))), log)
     return found, log
 
 

@@ -104,3 +104,28 @@ def test_no_record_means_no_fault_was_injected(tmp_path, capsys):
 ])
 def test_rule_log_of_a_job_command(cmd, log):
     assert faults.rule_log(cmd) == log
+
+
+def test_eval_server_finds_the_one_server_of_the_job_and_its_log():
+    """On a process table like a Slurm job's: slurmstepd -> snakemake -> bash -c '... > LOG 2>&1' ->
+    envace eval -> vllm serve; a training job's server and another model's evaluation are not it."""
+    bash = ("/usr/bin/bash -c set -euo pipefail;  envace eval --config c.json --model qwen3_8b --out "
+            "'results/smoke/eval/qwen3_8b/{benchmark}/seed{seed}.jsonl' "
+            "> results/smoke/logs/eval/qwen3_8b/table1.log 2>&1")
+    procs = {
+        10: (1, "slurmstepd: [8.0]"),
+        11: (10, "python3 -m snakemake --target-jobs evaluate_table1:model=qwen3_8b"),
+        12: (11, bash),
+        13: (12, "python3 .venv/bin/envace eval --config c.json --model qwen3_8b --out "
+                 "results/smoke/eval/qwen3_8b/{benchmark}/seed{seed}.jsonl"),
+        14: (13, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4000"),
+        15: (13, "python3 -c watchdog"),
+        20: (1, "slurmstepd: [9.0]"),
+        21: (20, "python3 .venv/bin/envace train --run grpo_8b"),
+        22: (21, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4001"),
+        30: (10, "python3 .venv/bin/envace eval --out results/smoke/eval/qwen3_8b-step0002/x.jsonl"),
+        31: (30, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4002"),
+    }
+    out = Path("results/smoke/eval/qwen3_8b/bfcl_v4/seed0.jsonl")
+    assert faults.eval_server(out, procs) == ([14], "results/smoke/logs/eval/qwen3_8b/table1.log")
+    assert faults.eval_server(Path("results/smoke/eval/other/b/seed0.jsonl"), procs) == ([], None)
