@@ -162,7 +162,7 @@ def kill_evaluation(results: Path) -> dict[str, Any] | None:
         if len(servers) != 1 or log is None:
             continue
         os.kill(servers[0], signal.SIGKILL)
-        kept = read_jsonl(partial)  # what the server had finished when it died
+        kept = read_jsonl(partial)  # re-read once the job has failed (inject)
         print(f"faults: SIGKILL {servers[0]} (vllm serve of the evaluation writing {out}) after "
               f"{len(kept)} samples", flush=True)
         return {"out": str(out), "server_pid": servers[0], "job_log": log, "kept": kept, "at": time.time()}
@@ -186,9 +186,10 @@ def inject(args: argparse.Namespace) -> int:
         log, until = Path(ev["job_log"]), time.monotonic() + 120
         while time.monotonic() < until:
             text = log.read_text(errors="replace") if log.is_file() else ""
-            if RESUME_HINT in text:
+            if RESUME_HINT in text:  # the first attempt has ended: its partial file is final
                 ev["first_attempt_log"] = {"died": DIED in text, "resume_hint": True,
                                            "error": "envace eval: error: model server" in text}
+                ev["kept"] = read_jsonl(Path(ev["out"] + ".partial.jsonl"))
                 break
             time.sleep(POLL_S)
     atomic_write_json(args.results / "faults.json", record, indent=1)
@@ -217,9 +218,9 @@ def check_training(record: dict[str, Any], results: Path, checkpoints: Path,
     log = (results / "logs" / "train" / f"{run}.log").read_text(errors="replace")  # the retry's
     if not re.search(rf"Resuming from \S*global_step_{saved}\b", log):
         problems.append(f"{run}: the retry's log has no verl 'Resuming from ...global_step_{saved}'")
-    resumed = checkpoints / run / f"global_step_{saved}" / "rehearse_actor"
-    if f"REHEARSE policy resumed from {resumed}" not in log:
-        problems.append(f"{run}: the retry's log has no 'REHEARSE policy resumed from {resumed}'")
+    resumed = checkpoints / run / f"global_step_{saved}" / "rehearse_actor"  # the log names it absolute
+    if not re.search(rf"REHEARSE policy resumed from \S*{re.escape(str(resumed))}\b", log):
+        problems.append(f"{run}: the retry's log has no 'REHEARSE policy resumed from .../{resumed}'")
     lines = [int(m) for m in re.findall(r"step:(\d+) - ", log)]
     # consecutive copies of one step line are one step (under Slurm the job log repeated each once)
     steps = [n for i, n in enumerate(lines) if i == 0 or lines[i - 1] != n]

@@ -34,8 +34,8 @@ def _dag(tmp: Path, resumed_from: int = SAVED, retry_steps: tuple[int, ...] = (3
     done.write_text(json.dumps({"resumed_from": resumed_from, "last_step": TOTAL}))
     log = results / "logs" / "train" / f"{RUN}.log"
     log.parent.mkdir(parents=True)
-    resumed = ckpt / RUN / f"global_step_{SAVED}"
-    log.write_text(f"Resuming from {resumed}\nREHEARSE policy resumed from {resumed / 'rehearse_actor'}\n"
+    resumed = f"/node{ckpt / RUN / f'global_step_{SAVED}'}"  # the trainer logs a longer, absolute path
+    log.write_text(f"Resuming from {resumed}\nREHEARSE policy resumed from {resumed}/rehearse_actor\n"
                    + "".join(f"(TaskRunner) step:{n} - a:1\nstep:{n} - a:1\n" for n in retry_steps))
     out = results / "eval" / "qwen3_8b" / "bfcl_v4" / "seed0.jsonl"
     out.parent.mkdir(parents=True)
