@@ -1,10 +1,11 @@
 """Check the smoke DAG's training runs: each trained with verl's ``main_ppo`` (its own step lines in the
-run's log, at least 3), the EnvACE runs' batches held ACT and REHEARSE rows, a run's rewards were not
-all equal over its steps and some trajectory earned a positive reward (a spread made only of the -0.1
-blank-row penalty, with every episode ending at its first malformed rehearsal, fails), and some batch of
-some run held unequal rewards (a GRPO update with a non-zero advantage). One run's batches may each be
-uniform by chance at smoke scale (4 steps of 2 prompts x 2 rollouts; a CI run saw ``envace_8b`` with no
-in-batch spread at any step and a best reward of 1.0), so the in-batch spread is printed per run and
+run's log, one for every step its last attempt trained: after a resume, those after the checkpoint), the
+EnvACE runs' batches held ACT and REHEARSE rows, a run's rewards were not all equal over its steps and
+some trajectory earned a positive reward (a spread made only of the -0.1 blank-row penalty, with every
+episode ending at its first malformed rehearsal, fails), and some batch of some run held unequal rewards
+(a GRPO update with a non-zero advantage). One run's batches may each be uniform by chance at smoke scale
+(4 steps of 2 prompts x 2 rollouts; a CI run saw ``envace_8b`` with no in-batch spread at any step and a
+best reward of 1.0), so the in-batch spread is printed per run and
 required of the DAG, not of each run. A per-role run (``roles: per_role`` in the config) logged both
 policies' rollout-vs-actor agreement (``envace/rollout_actor_corr/act`` and ``.../rehearse``) at every
 step, each at least ``MIN_AGREEMENT``. Prints each run's episode endings (``envace/termination/*``) and
@@ -92,7 +93,15 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
             problems += check_outputs(results, checkpoints, run, runs_cfg[run],
                                       [json.loads(x)["step"] for x in lines], rows,
                                       log.read_text(errors="replace"), rehearse)
-        if len(steps) < 3:
+        if run in runs_cfg:  # its last attempt's log: the steps after the checkpoint it resumed from
+            done_file = results / "train" / run / "done.json"
+            done = json.loads(done_file.read_text()) if done_file.is_file() else {}
+            first = int(done.get("resumed_from") or 0)
+            want = list(range(first + 1, int(runs_cfg[run]["total_steps"]) + 1))
+            if steps != want:
+                problems.append(f"{run}: verl step lines {steps} in {log} (want {want}: the steps its last "
+                                "attempt trained)")
+        elif len(steps) < 3:
             problems.append(f"{run}: {len(steps)} verl step lines in {log} (want >= 3)")
         if not rows:
             problems.append(f"{run}: no metrics in {metrics_file}")

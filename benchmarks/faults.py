@@ -232,7 +232,10 @@ def check_training(record: dict[str, Any], results: Path, checkpoints: Path,
 def check_evaluation(record: dict[str, Any]) -> list[str]:
     out = Path(record["out"])
     kept = record["kept"]
-    final = read_jsonl(out)
+    main = read_jsonl(out)
+    # BFCL memory's prerequisite conversations share the run's partial file; the finished run writes them
+    # beside its result file (<out stem>.prerequisites.jsonl)
+    final = main + read_jsonl(out.with_name(out.name.removesuffix(".jsonl") + ".prerequisites.jsonl"))
     keys = [(line["task_id"], line["sample"]) for line in final]
     problems = []
     first = record.get("first_attempt_log") or {}
@@ -249,9 +252,9 @@ def check_evaluation(record: dict[str, Any]) -> list[str]:
                         "resumed")
     manifest_file = out.with_name(out.name.removesuffix(".jsonl") + ".manifest.json")
     manifest = json.loads(manifest_file.read_text()) if manifest_file.is_file() else {}
-    if manifest.get("complete") is not True or manifest.get("n_samples") != len(final):
+    if manifest.get("complete") is not True or manifest.get("n_samples") != len(main):
         problems.append(f"{manifest_file}: complete {manifest.get('complete')}, n_samples "
-                        f"{manifest.get('n_samples')} (want true and {len(final)})")
+                        f"{manifest.get('n_samples')} (want true and {len(main)})")
     log, new = Path(record["job_log"]), len(final) - len(kept)
     if not log.is_file() or f"wrote {out} ({new} new samples" not in log.read_text(errors="replace"):
         problems.append(f"{log}: the retry did not write {out} with exactly the {new} missing samples")

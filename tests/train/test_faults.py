@@ -85,6 +85,21 @@ def test_an_evaluation_that_lost_or_repeated_samples_fails(tmp_path, capsys):
     assert "duplicate samples [('t2', 0)]" in err and "missing or changed: [('t1', 0)]" in err, err
 
 
+def test_prerequisite_samples_written_beside_the_result_count(tmp_path, capsys):
+    """BFCL memory: prerequisite conversations finish in the same partial file, then go to their own file."""
+    results, ckpt, config = _dag(tmp_path)
+    record = json.loads((results / "faults.json").read_text())
+    record["evaluation"]["kept"] = [_line("prereq_0", 0, 0.0), _line("t1", 0, 1.0)]
+    (results / "faults.json").write_text(json.dumps(record))
+    out = Path(record["evaluation"]["out"])
+    out.with_name("seed0.prerequisites.jsonl").write_text(json.dumps(_line("prereq_0", 0, 0.0)) + "\n")
+    assert _check(results, ckpt, config, capsys) == (0, "")
+    job_log = results / "logs" / "eval" / "qwen3_8b" / "table1.log"
+    job_log.write_text(f"envace eval: wrote {out} (3 new samples")
+    rc, err = _check(results, ckpt, config, capsys)
+    assert rc == 1 and "exactly the 2 missing samples" in err, err
+
+
 def test_a_job_retried_without_a_fault_fails(tmp_path, capsys):
     rc, err = _check(*_dag(tmp_path, extra_retry="rule_figure/fig4"), capsys)
     assert rc == 1 and "a job retried without a fault is a finding" in err, err
