@@ -9,6 +9,9 @@
   on ``tokenizer``.
 - :func:`weather_tool`: the ``get_weather`` tool schema (``WEATHER_TOOL``: city only;
   ``WEATHER_TOOL_WITH_UNIT``: plus a ``unit`` enum, which the rehearsal validation tests exercise).
+- :func:`markdown_table`: the rows of a Markdown table in a doc, found by its header, and
+  :func:`config_values`: the config's values at a key path (the docs' tables that tests check against
+  the config).
 - :class:`TtsTask`, :class:`SpyEpisode`, ``CALL``: the TTS and fidelity tests' task stand-in, an episode
   that logs every call, and one weather tool call in the ACT format.
 
@@ -22,6 +25,7 @@ Other imports: ``from tests.fixtures import ScriptedBackend, WEATHER_TOOL``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,3 +176,33 @@ class SpyEpisode:
     def score(self) -> Score:
         self.log.append(("env.score", None))
         return Score(score=1.0, subscores={}, extra={"calls": len(self.calls)})
+
+
+def markdown_table(text: str, columns: list[str], source: str) -> list[dict[str, str]]:
+    """The rows (``{column: cell}``) of the first Markdown table in ``text`` whose header is ``columns``;
+    an AssertionError naming ``source`` when there is none or a row has another number of cells."""
+    lines = [line.strip() for line in text.splitlines()]
+    split = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
+    for i, line in enumerate(lines):
+        if line.startswith("|") and split(line) == columns:
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                cells = split(row)
+                assert len(cells) == len(columns), f"{source}: {len(cells)} cells, not {len(columns)}: {row}"
+                rows.append(dict(zip(columns, cells, strict=True)))
+            return rows
+    raise AssertionError(f"{source} has no table with the columns {columns}")
+
+
+def config_values(cfg: Any, path: Sequence[str]) -> list[Any]:
+    """Values at ``path`` in the config; a ``<name>`` segment matches every key of that map."""
+    if not path:
+        return [cfg]
+    head, rest = path[0], path[1:]
+    if not isinstance(cfg, dict):
+        return []
+    if head.startswith("<") and head.endswith(">"):
+        return [v for sub in cfg.values() for v in config_values(sub, rest)]
+    return config_values(cfg[head], rest) if head in cfg else []

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from envace.common.config import load_config, schema
+from tests.fixtures import config_values, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "authors_scripts.md"
@@ -36,19 +37,7 @@ SCRIPT_LINES = {"share": set(range(125, 225)), "noshare": set(range(125, 225)),
 
 def table(text: str, columns: list[str]) -> list[dict[str, str]]:
     """The rows of the first Markdown table whose header is ``columns``."""
-    split = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]  # noqa: E731
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("|") and split(line) == columns:
-            rows = []
-            for row in lines[i + 2:]:
-                if not row.startswith("|"):
-                    break
-                cells = split(row)
-                assert len(cells) == len(columns), f"row with {len(cells)} cells, not {len(columns)}: {row}"
-                rows.append(dict(zip(columns, cells, strict=True)))
-            return rows
-    raise AssertionError(f"docs/authors_scripts.md has no table with the columns {columns}")
+    return markdown_table(text, columns, "docs/authors_scripts.md")
 
 
 def statuses(cell: str) -> set[str]:
@@ -56,18 +45,6 @@ def statuses(cell: str) -> set[str]:
     leftover = re.sub(r"SAME|SWITCH|DIFFERENT|N/A|\([^)]*\)|[;,\s]", "", cell)
     assert found and not leftover, f"status {cell!r}: use {sorted(STATUSES)}, optionally '(scripts)'"
     return found
-
-
-def config_values(cfg: Any, path: list[str]) -> list[Any]:
-    """Values at ``path``; a ``<name>`` segment matches every key of that map."""
-    if not path:
-        return [cfg]
-    head, rest = path[0], path[1:]
-    if not isinstance(cfg, dict):
-        return []
-    if head.startswith("<") and head.endswith(">"):
-        return [v for sub in cfg.values() for v in config_values(sub, rest)]
-    return config_values(cfg[head], rest) if head in cfg else []
 
 
 def schema_node(sch: dict[str, Any], path: list[str]) -> dict[str, Any] | None:

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.fixtures import config_values, markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DOC = ROOT / "docs" / "deviations.md"
@@ -59,37 +61,13 @@ def schema_switches(schema: dict[str, Any]) -> Iterator[tuple[str, tuple[str, ..
 
 def doc_rows(text: str) -> list[dict[str, str]]:
     """The rows of the first Markdown table whose header is :data:`COLUMNS`."""
-    lines = [line.strip() for line in text.splitlines()]
-    split = lambda line: [c.strip() for c in line.strip("|").split("|")]  # noqa: E731
-    for i, line in enumerate(lines):
-        if line.startswith("|") and split(line) == COLUMNS:
-            rows = []
-            for row in lines[i + 2:]:
-                if not row.startswith("|"):
-                    break
-                cells = split(row)
-                assert len(cells) == len(COLUMNS), f"docs/deviations.md: row with {len(cells)} cells: {row}"
-                rows.append(dict(zip(COLUMNS, cells, strict=True)))
-            return rows
-    raise AssertionError(f"docs/deviations.md has no table with the columns {COLUMNS}")
+    return markdown_table(text, COLUMNS, "docs/deviations.md")
 
 
 def _code(cell: str) -> str:
     m = re.fullmatch(r"`([^`]+)`", cell)
     assert m, f"expected one backticked value, got {cell!r}"
     return m.group(1)
-
-
-def config_values(cfg: Any, path: tuple[str, ...]) -> list[Any]:
-    """Values at ``path`` in the config; a ``<name>`` segment matches every key of that map."""
-    if not path:
-        return [cfg]
-    head, rest = path[0], path[1:]
-    if not isinstance(cfg, dict):
-        return []
-    if head.startswith("<") and head.endswith(">"):
-        return [v for sub in cfg.values() for v in config_values(sub, rest)]
-    return config_values(cfg[head], rest) if head in cfg else []
 
 
 def _matches(doc_path: tuple[str, ...], schema_path: tuple[str, ...]) -> bool:
