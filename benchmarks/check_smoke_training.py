@@ -91,16 +91,7 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
         any_update |= any(_updated(r) for r in rows)
         if run in runs_cfg:
             problems += check_outputs(results, checkpoints, run, runs_cfg[run],
-                                      [json.loads(x)["step"] for x in lines], rows,
-                                      log.read_text(errors="replace"), rehearse)
-        if run in runs_cfg:  # its last attempt's log: the steps after the checkpoint it resumed from
-            done_file = results / "train" / run / "done.json"
-            done = json.loads(done_file.read_text()) if done_file.is_file() else {}
-            first = int(done.get("resumed_from") or 0)
-            want = list(range(first + 1, int(runs_cfg[run]["total_steps"]) + 1))
-            if steps != want:
-                problems.append(f"{run}: verl step lines {steps} in {log} (want {want}: the steps its last "
-                                "attempt trained)")
+                                      [json.loads(x)["step"] for x in lines], rows, log, steps, rehearse)
         elif len(steps) < 3:
             problems.append(f"{run}: {len(steps)} verl step lines in {log} (want >= 3)")
         if not rows:
@@ -128,14 +119,20 @@ def _updated(row: dict) -> bool:
 
 
 def check_outputs(results: Path, checkpoints: Path, run: str, spec: dict, logged: list[int], rows: list[dict],
-                  log: str, rehearse_rows: float) -> list[str]:
-    """One run's logged steps, done-file, checkpoints and (standard GRPO) served simulator."""
+                  log: Path, log_steps: list[int], rehearse_rows: float) -> list[str]:
+    """One run's logged steps (verl's metrics and its last attempt's log), done-file, checkpoints and
+    (standard GRPO) served simulator."""
     total = int(spec["total_steps"])
     problems = []
     if logged != list(range(1, total + 1)):
         problems.append(f"{run}: verl's metrics.jsonl logged steps {logged} (want 1..{total}, each once)")
     done_file = results / "train" / run / "done.json"
     done = json.loads(done_file.read_text()) if done_file.is_file() else {}
+    # the rule log is its last attempt's: the steps after the checkpoint it resumed from
+    want = list(range(int(done.get("resumed_from") or 0) + 1, total + 1))
+    if log_steps != want:
+        problems.append(f"{run}: verl step lines {log_steps} in {log} (want {want}: the steps its last "
+                        "attempt trained)")
     if done.get("last_step") != total or not done.get("versions", {}).get("verl"):
         problems.append(f"{run}: done-file {done_file} says last_step {done.get('last_step')}, verl "
                         f"{done.get('versions', {}).get('verl')} (want {total} and a version)")
@@ -154,7 +151,8 @@ def check_outputs(results: Path, checkpoints: Path, run: str, spec: dict, logged
     if spec.get("algorithm") == "grpo":
         if rehearse_rows:
             problems.append(f"{run}: standard GRPO trained {rehearse_rows:.0f} REHEARSE rows (want 0)")
-        if "starting vllm serve" not in log or "envace.simulator.base_url=http://" not in log:
+        text = log.read_text(errors="replace")
+        if "starting vllm serve" not in text or "envace.simulator.base_url=http://" not in text:
             problems.append(f"{run}: its log shows no simulator served by vllm serve")
     return problems
 

@@ -122,8 +122,8 @@ def test_a_run_logs_each_step_once_and_ends_with_its_checkpoint(tmp_path):
     _write(tmp_path, "envace_8b", [_row(n, **corr) for n in (1, 2)])  # stopped after step 2
     problems = [p for p in _check(tmp_path) if p.startswith("envace_8b: ")]
     assert problems[0] == "envace_8b: verl's metrics.jsonl logged steps [1, 2] (want 1..3, each once)"
-    assert "last_step 2" in problems[1] and "latest_checkpointed_iteration.txt is not 3" in problems[2]
-    assert "no HF weights in" in problems[3] and "verl step lines [1, 2]" in problems[4], problems
+    assert "verl step lines [1, 2]" in problems[1] and "last_step 2" in problems[2], problems
+    assert "latest_checkpointed_iteration.txt is not 3" in problems[3] and "no HF weights in" in problems[4]
 
 
 def test_standard_grpo_has_no_rehearse_rows_and_a_served_simulator(tmp_path):
