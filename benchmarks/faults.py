@@ -12,7 +12,9 @@ did to ``RESULTS/faults.json`` (temp file, then rename):
    Slurm job (found by squeue's comment ``rule_train_wildcards_<run>``);
 2. evaluation: once some evaluation's partial file (``<out>.partial.jsonl``) holds a finished sample,
    SIGKILL that job's ``vllm serve`` process (a descendant of the ``envace eval`` writing ``<out>``, inside a
-   ``slurmstepd``), keep a copy of the finished lines, and wait for the job's log to report the dead server.
+   ``slurmstepd``) and wait for the job's log to report the dead server (then keep a copy of the finished
+   lines). A kill that lands after the last sample (the result written, no failure) tested nothing: it is
+   listed under ``missed_evaluations`` and another evaluation is killed.
 
 Snakemake's retry resubmits both jobs. ``check RESULTS CHECKPOINTS CONFIG...`` then asserts, exit 1 with
 the reasons otherwise: the cancelled run resumed from the step it had saved (its done-file, verl's
@@ -54,6 +56,7 @@ from envace.train.verl_ext.launch import last_step
 POLL_S = 0.2
 DIED = "died (its process exited with code -9)"
 RESUME_HINT = "rerun the same command to resume"
+FIRST_ATTEMPT_S = 120  # how long a killed evaluation may take to fail
 
 
 def merged(configs: list[Path]) -> dict[str, Any]:
@@ -151,49 +154,69 @@ def cancel_training(ckpt: Path, run: str, spec: dict[str, Any]) -> dict[str, Any
     return {"run": run, "slurm_job": job, "saved_step": saved, "at": time.time()}
 
 
-def kill_evaluation(results: Path) -> dict[str, Any] | None:
-    """SIGKILL the model server of an evaluation whose partial file holds a finished sample."""
+def kill_evaluation(results: Path, skip: set[str]) -> dict[str, Any] | None:
+    """SIGKILL the model server of an evaluation (not in ``skip``) whose partial file holds a finished
+    sample."""
     for partial in sorted((results / "eval").glob("*/*/seed*.jsonl.partial.jsonl")):
-        kept = read_jsonl(partial)
-        if not kept:
-            continue
         out = partial.with_name(partial.name.removesuffix(".partial.jsonl"))
+        if str(out) in skip or not read_jsonl(partial):
+            continue
         servers, log = eval_server(out)
         if len(servers) != 1 or log is None:
             continue
         os.kill(servers[0], signal.SIGKILL)
-        kept = read_jsonl(partial)  # re-read once the job has failed (inject)
-        print(f"faults: SIGKILL {servers[0]} (vllm serve of the evaluation writing {out}) after "
-              f"{len(kept)} samples", flush=True)
-        return {"out": str(out), "server_pid": servers[0], "job_log": log, "kept": kept, "at": time.time()}
+        print(f"faults: SIGKILL {servers[0]} (vllm serve of the evaluation writing {out})", flush=True)
+        return {"out": str(out), "server_pid": servers[0], "job_log": log, "at": time.time()}
     return None
+
+
+def first_attempt(ev: dict[str, Any]) -> str:
+    """Where the killed evaluation's first attempt stands: ``"failed"`` (its log reports the dead server
+    and the resume hint: ``ev`` gets ``first_attempt_log`` and ``kept``, the partial file's final lines,
+    read before the retry truncates the log), ``"finished"`` (its result was written: the kill came after
+    the last sample, so it tested nothing) or ``"running"``."""
+    out = Path(ev["out"])
+    log = Path(ev["job_log"])
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    if RESUME_HINT in text:
+        ev["first_attempt_log"] = {"died": DIED in text, "resume_hint": True,
+                                   "error": "envace eval: error: model server" in text}
+        ev["kept"] = read_jsonl(Path(ev["out"] + ".partial.jsonl"))
+        return "failed"
+    if out.is_file() and not Path(ev["out"] + ".partial.jsonl").exists():
+        return "finished"
+    return "running"
 
 
 def inject(args: argparse.Namespace) -> int:
     cfg = merged(args.configs)
     run = per_role_run(cfg)
     spec, ckpt = cfg["training"]["runs"][run], args.checkpoints / run
-    record: dict[str, Any] = {"training": None, "evaluation": None}
+    record: dict[str, Any] = {"training": None, "evaluation": None, "missed_evaluations": []}
+    pending: dict[str, Any] | None = None  # a killed evaluation whose first attempt has not ended yet
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and not (record["training"] and record["evaluation"]):
         if record["training"] is None:
             record["training"] = cancel_training(ckpt, run, spec)
-        if record["evaluation"] is None:
-            record["evaluation"] = kill_evaluation(args.results)
+        if record["evaluation"] is None and pending is None:
+            pending = kill_evaluation(args.results, set(record["missed_evaluations"]))
+            if pending:
+                pending["until"] = time.monotonic() + FIRST_ATTEMPT_S
+        if pending:
+            state = first_attempt(pending)
+            if state == "failed" or time.monotonic() > pending["until"]:  # a timeout: check says why
+                record["evaluation"], pending = pending, None
+                record["evaluation"].pop("until")
+                print(f"faults: {record['evaluation']['out']}: first attempt {state} with "
+                      f"{len(record['evaluation'].get('kept', []))} finished samples", flush=True)
+            elif state == "finished":
+                print(f"faults: {pending['out']} finished before its server died; killing another",
+                      flush=True)
+                record["missed_evaluations"].append(pending["out"])
+                pending = None
         time.sleep(POLL_S)
-    ev = record["evaluation"]
-    if ev:  # the first attempt's own report, before the retry truncates its log
-        log, until = Path(ev["job_log"]), time.monotonic() + 120
-        while time.monotonic() < until:
-            text = log.read_text(errors="replace") if log.is_file() else ""
-            if RESUME_HINT in text:  # the first attempt has ended: its partial file is final
-                ev["first_attempt_log"] = {"died": DIED in text, "resume_hint": True,
-                                           "error": "envace eval: error: model server" in text}
-                ev["kept"] = read_jsonl(Path(ev["out"] + ".partial.jsonl"))
-                break
-            time.sleep(POLL_S)
     atomic_write_json(args.results / "faults.json", record, indent=1)
-    missing = [k for k, v in record.items() if not v]
+    missing = [k for k in ("training", "evaluation") if not record[k]]
     if missing:
         print(f"faults: not injected within {args.timeout:.0f} s: {', '.join(missing)}", file=sys.stderr)
         return 1
@@ -231,7 +254,7 @@ def check_training(record: dict[str, Any], results: Path, checkpoints: Path,
 
 def check_evaluation(record: dict[str, Any]) -> list[str]:
     out = Path(record["out"])
-    kept = record["kept"]
+    kept = record.get("kept", [])
     main = read_jsonl(out)
     # BFCL memory's prerequisite conversations share the run's partial file; the finished run writes them
     # beside its result file (<out stem>.prerequisites.jsonl)

@@ -144,3 +144,20 @@ def test_eval_server_finds_the_one_server_of_the_job_and_its_log():
     out = Path("results/smoke/eval/qwen3_8b/bfcl_v4/seed0.jsonl")
     assert faults.eval_server(out, procs) == ([14], "results/smoke/logs/eval/qwen3_8b/table1.log")
     assert faults.eval_server(Path("results/smoke/eval/other/b/seed0.jsonl"), procs) == ([], None)
+
+
+def test_first_attempt_tells_a_failed_job_from_one_that_finished_before_the_kill(tmp_path):
+    out = tmp_path / "seed0.jsonl"
+    partial = tmp_path / "seed0.jsonl.partial.jsonl"
+    log = tmp_path / "job.log"
+    ev = {"out": str(out), "job_log": str(log)}
+    partial.write_text(json.dumps(_line("t1", 0, 1.0)) + "\n")
+    assert faults.first_attempt(ev) == "running"
+    log.write_text(f"envace eval: error: model server {faults.DIED}; {faults.RESUME_HINT}\n")
+    assert faults.first_attempt(ev) == "failed"
+    assert ev["kept"] == [_line("t1", 0, 1.0)] and all(ev["first_attempt_log"].values())
+    # the kill came after the last sample: result written, partial removed, no failure reported
+    log.write_text("envace eval: wrote seed0.jsonl (1 new samples in 2.0 s)\n")
+    partial.unlink()
+    out.write_text(json.dumps(_line("t1", 0, 1.0)) + "\n")
+    assert faults.first_attempt({"out": str(out), "job_log": str(log)}) == "finished"
