@@ -67,20 +67,23 @@ def model_share(results: Path) -> dict[str, float]:
 def server_starts(results: Path) -> tuple[int, int, list[float]]:
     """``(jobs, model-server starts, start-up seconds of each)`` from the ``serving`` records of the
     evaluation / TTS manifests (one job id per ``envace eval`` job, shared by its manifests) and of the
-    fidelity documents (one job each)."""
-    jobs: dict[str, list[dict]] = {}
+    fidelity documents (one job each). A job's manifests each list the servers their runs used (a server
+    shared by several runs appears in each, under the same ``index``): a job's servers are their union."""
+    jobs: dict[str, dict] = {}
     for manifest in list((results / "eval").rglob("*.manifest.json")) + list(
             (results / "tts").rglob("*.manifest.json")):
         if ".done" in manifest.parts:
             continue
         serving = json.loads(manifest.read_text()).get("serving")
         if serving:
-            jobs.setdefault(serving["job"], serving["servers"])
+            job = jobs.setdefault(serving["job"], {})
+            for i, srv in enumerate(serving["servers"]):
+                job.setdefault(srv.get("index", i), srv)
     for doc in (results / "fidelity").rglob("*.json"):
         serving = json.loads(doc.read_text()).get("serving")
         if serving:
-            jobs[str(doc)] = serving["servers"]
-    servers = [srv for group in jobs.values() for srv in group]
+            jobs[str(doc)] = dict(enumerate(serving["servers"]))
+    servers = [srv for group in jobs.values() for srv in group.values()]
     starts = sum(int(srv.get("launches", 1)) for srv in servers)
     return len(jobs), starts, [float(srv["ready_s"]) for srv in servers]
 

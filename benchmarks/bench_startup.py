@@ -9,6 +9,7 @@ subprocesses; a flame-graph SVG), which shows what the seconds before the first 
 
 Usage:
     .venv/bin/python benchmarks/bench_startup.py --model models/smoke/tiny [--repeats 3] [--py-spy out.svg]
+        [--show-log]
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def stamped_lines(log: Path, t0: float, stop: threading.Event, out: list[tuple[f
                 buf = ""
 
 
-def one_start(model: str, settings: VLLMSettings, work: Path, py_spy: str | None) -> dict[str, float]:
+def one_start(model: str, settings: VLLMSettings, work: Path, py_spy: str | None,
+              show_log: bool = False) -> dict[str, float]:
     log = work / f"server_{time.time_ns()}.log"
     lines: list[tuple[float, str]] = []
     stop = threading.Event()
@@ -78,6 +80,9 @@ def one_start(model: str, settings: VLLMSettings, work: Path, py_spy: str | None
     server.stop()
     stop.set()
     reader.join(timeout=5)
+    if show_log:
+        for t, line in lines:
+            print(f"{t:7.2f}  {line}", file=sys.stderr)
     times = {}
     for phase, pattern in PHASES:
         hit = next((t for t, line in lines if re.search(pattern, line)), None)
@@ -93,13 +98,15 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "config/smoke.yaml"), help="config with serving.vllm")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--py-spy", help="profile the last start with py-spy into this SVG")
+    ap.add_argument("--show-log", action="store_true", help="print the last start's log, each line stamped")
     args = ap.parse_args()
     settings = VLLMSettings.from_config(yaml.safe_load(Path(args.config).read_text()))
     runs = []
     with tempfile.TemporaryDirectory() as work:
         for i in range(args.repeats):
             spy = args.py_spy if i == args.repeats - 1 else None
-            runs.append(one_start(args.model, settings, Path(work), spy))
+            last = i == args.repeats - 1
+            runs.append(one_start(args.model, settings, Path(work), spy, args.show_log and last))
             print(f"start {i + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in runs[-1].items()),
                   file=sys.stderr, flush=True)
     print(f"| phase (seconds since launch) | median of {len(runs)} | min | max |")

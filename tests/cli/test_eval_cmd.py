@@ -249,3 +249,102 @@ def test_tts_episode_turns_episode_errors_into_failed_samples():
     task = SimpleNamespace(system=None, first_user="", tools=[])
     fields = asyncio.run(fn(task, BrokenOpening(), None, None, RolloutConfig()))
     assert fields["status"] == "failed" and "user simulator returned nothing" in fields["reason"]
+
+
+def _plan(tmp_path: Path, items: list) -> str:
+    import json
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(items))
+    return str(path)
+
+
+def test_a_plan_runs_several_models_in_one_job(tiny_dir, fast_config, tmp_path):
+    cfg = yaml.safe_load(fast_config.read_text())
+    cfg["benchmarks"]["finmcp"]["limit"] = 1
+    fast_config.write_text(yaml.safe_dump(cfg))
+    template = str(tmp_path / "eval/{model}/{benchmark}/seed{seed}.jsonl")
+    items = [{"model": m, "model_path": str(tiny_dir), "benchmark": ["finmcp"], "seed": [0], "out": template}
+             for m in ("qwen3_8b", "awm_8b")]
+    argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items), "--backend", "hf",
+            "--no-progress"]
+    assert main(argv) == 0
+    loaded = load_config(fast_config)
+    for m in ("qwen3_8b", "awm_8b"):
+        res = read_results(tmp_path / f"eval/{m}/finmcp/seed0.jsonl", expected_hash=eval_hash(loaded, m, "finmcp"))
+        assert res.manifest["model"] == m
+
+
+@pytest.mark.parametrize("items, message", [
+    ([], "non-empty JSON list"),
+    ([{"model": "qwen3_8b", "benchmark": ["finmcp"], "seed": [0], "out": "o.jsonl"}],
+     "item 0: give exactly one of 'model_path' and 'checkpoint_dir'"),
+    ([{"model": "qwen3_8b", "model_path": "x", "benchmark": "finmcp", "seed": [0], "out": "o.jsonl"}],
+     "item 0: 'benchmark' must be a list"),
+    ([{"model": "qwen3_8b", "model_path": "x", "benchmark": ["finmcp"], "seed": [0], "out": "o.jsonl",
+       "gpu": 1}], "item 0: unknown key(s) ['gpu']"),
+])
+def test_a_malformed_plan_is_refused_naming_the_item_and_key(fast_config, tmp_path, capsys, items, message):
+    argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items)]
+    assert main(argv) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_a_plan_with_single_evaluation_flags_is_refused(fast_config, tmp_path, capsys):
+    argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, [{}]), "--model", "qwen3_8b"]
+    assert main(argv) == 1
+    assert "--plan replaces the single evaluation's flags: drop --model" in capsys.readouterr().err
+
+
+def test_a_plan_serves_each_path_once_and_stops_it_after_its_last_use(tiny_dir, fast_config, tmp_path,
+                                                                      monkeypatch):
+    """Three models, two weight folders, each on tau2 (whose user simulator is models/smoke/tiny): the
+    helper path runs through the whole job, each model's own path only while its items run."""
+    import shutil
+
+    from envace.cli import eval as eval_cmd
+    from envace.serve import vllm_server
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_dir, other)
+    cfg = yaml.safe_load(fast_config.read_text())
+    cfg["benchmarks"]["tau2"]["user_simulator"] = str(tiny_dir)
+    fast_config.write_text(yaml.safe_dump(cfg))
+    events: list[tuple[str, str]] = []
+
+    class FakeServer:
+        def __init__(self, kind, path, **kw):
+            self.model_path, self.kind, self.ready_s, self.launches = path, kind, None, 0
+            self.base_url = "http://127.0.0.1:1/v1"
+
+        def launch(self):
+            events.append(("launch", self.model_path))
+            self.launches += 1
+            return self
+
+        def wait_ready(self):
+            self.ready_s = 0.0
+            return self
+
+        def cpu_seconds(self):
+            return 1.0
+
+        def stop(self):
+            events.append(("stop", self.model_path))
+
+    def fake_evaluate(self, entry, todo, needs):
+        self.launch(needs, todo[0].out)
+        self.wait(needs)
+        events.append(("evaluate", entry.model))
+        return 0
+
+    monkeypatch.setattr(vllm_server, "Server", FakeServer)
+    monkeypatch.setattr(eval_cmd._Job, "evaluate", fake_evaluate)
+    template = str(tmp_path / "eval/{model}/{benchmark}/seed{seed}.jsonl")
+    items = [{"model": m, "model_path": str(p), "benchmark": ["tau2"], "seed": [0], "out": template}
+             for m, p in (("qwen3_8b", tiny_dir), ("awm_8b", other), ("envscaler_8b", tiny_dir))]
+    argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items), "--no-progress"]
+    assert main(argv) == 0
+    assert events == [("launch", str(tiny_dir)), ("evaluate", "qwen3_8b"), ("launch", str(other)),
+                      ("evaluate", "awm_8b"), ("stop", str(other)), ("evaluate", "envscaler_8b"),
+                      ("stop", str(tiny_dir))]

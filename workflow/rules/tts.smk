@@ -2,31 +2,34 @@
 # environment after N imagined attempts by the rehearser. One job per benchmark runs every setting and
 # seed, starting each model server once (actor, the base rehearser, the user simulator; a rehearser that
 # is the actor reuses its server); one per-sample JSONL + manifest per (setting, benchmark, seed).
+# With evaluation.one_job the TTS runs are part of rule evaluate_all instead.
 
 
-rule tts_evaluate:
-    """Evaluate the TTS actor with every rehearsal setting (and none) on one benchmark."""
-    input:
-        unpack(tts_job_inputs),
-    output:
-        samples=tts_outputs("jsonl"),
-        manifests=tts_outputs("manifest.json"),
-    log:
-        f"{RESULTS}/logs/tts/{{benchmark}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/tts_evaluate/{{benchmark}}.tsv"
-    conda:
-        CONDA_ENV
-    resources:
-        gpu=tts_job_gpus,
-    params:
-        config=RESOLVED_CONFIG,
-        actor=CFG["tts"]["actor"],
-        actor_path=model_path_arg(CFG["tts"]["actor"]),
-        settings=" ".join(CFG["tts"]["settings"]),
-        seeds=" ".join(str(s) for s in CFG["tts"]["seeds"]),
-        out=lambda wc: f"{RESULTS}/tts/{{setting}}/{wc.benchmark}/seed{{seed}}.jsonl",
-    shell:
-        "envace eval --config {params.config} --model {params.actor} {params.actor_path} "
-        "--tts-setting {params.settings} --benchmark {wildcards.benchmark} --seed {params.seeds} "
-        "--out '{params.out}' > {log} 2>&1"
+if not ONE_JOB:  # else rule evaluate_all runs the TTS settings (evaluate.smk)
+
+    rule tts_evaluate:
+        """Evaluate the TTS actor with every rehearsal setting (and none) on one benchmark."""
+        input:
+            unpack(tts_job_inputs),
+        output:
+            samples=tts_outputs("jsonl"),
+            manifests=tts_outputs("manifest.json"),
+        log:
+            f"{RESULTS}/logs/tts/{{benchmark}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/tts_evaluate/{{benchmark}}.tsv"
+        conda:
+            CONDA_ENV
+        resources:
+            gpu=tts_job_gpus,
+        params:
+            config=RESOLVED_CONFIG,
+            actor=CFG["tts"]["actor"],
+            actor_path=model_path_arg(CFG["tts"]["actor"]),
+            settings=" ".join(CFG["tts"]["settings"]),
+            seeds=" ".join(str(s) for s in CFG["tts"]["seeds"]),
+            out=lambda wc: f"{RESULTS}/tts/{{setting}}/{wc.benchmark}/seed{{seed}}.jsonl",
+        shell:
+            "envace eval --config {params.config} --model {params.actor} {params.actor_path} "
+            "--tts-setting {params.settings} --benchmark {wildcards.benchmark} --seed {params.seeds} "
+            "--out '{params.out}' > {log} 2>&1"
