@@ -67,7 +67,7 @@ def model_share(results: Path) -> dict[str, float]:
 def server_starts(results: Path) -> tuple[int, int, list[float]]:
     """``(jobs, model-server starts, start-up seconds of each)`` from the ``serving`` records of the
     evaluation / TTS manifests (one job id per ``envace eval`` job, shared by its manifests) and of the
-    fidelity documents (one job each). A job's manifests each list the servers their runs used (a server
+    fidelity documents (one job each, or the evaluation job's). A job's manifests each list the servers their runs used (a server
     shared by several runs appears in each, under the same ``index``): a job's servers are their union."""
     jobs: dict[str, dict] = {}
     for manifest in list((results / "eval").rglob("*.manifest.json")) + list(
@@ -81,8 +81,10 @@ def server_starts(results: Path) -> tuple[int, int, list[float]]:
                 job.setdefault(srv.get("index", i), srv)
     for doc in (results / "fidelity").rglob("*.json"):
         serving = json.loads(doc.read_text()).get("serving")
-        if serving:
-            jobs[str(doc)] = dict(enumerate(serving["servers"]))
+        if serving:  # its own job (rule fidelity), or the evaluation job's (evaluation.one_job)
+            job = jobs.setdefault(serving.get("job", str(doc)), {})
+            for i, srv in enumerate(serving["servers"]):
+                job.setdefault(srv.get("index", i), srv)
     servers = [srv for group in jobs.values() for srv in group.values()]
     starts = sum(int(srv.get("launches", 1)) for srv in servers)
     return len(jobs), starts, [float(srv["ready_s"]) for srv in servers]

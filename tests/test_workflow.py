@@ -1,6 +1,7 @@
 """The Snakemake DAG: the paper matrix plans every job the paper needs; each figure and table is its
 own target; the smoke config is the same DAG; resources reach the Slurm executor; bad config fails."""
 
+import json
 import re
 import subprocess
 import sys
@@ -71,33 +72,58 @@ def test_one_target_plans_only_its_ancestors(repo_root, target, expected):
     assert counts == expected
 
 
-def test_smoke_config_is_the_same_dag(repo_root):
+def test_smoke_config_is_the_same_dag(repo_root, tmp_path):
     # --forceall: plan every job even where a local smoke run already produced outputs
     rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml")
     assert rc == 0, out
     counts = job_counts(out)
     assert counts["train"] == 5 and counts["build_tiny_model"] == 1
-    # the 7 Table 1 rows the figures need (BFCL, tau2), Table 2 (3 x FinMCP), Figure 5's step-2 checkpoint
-    # (tau2; step 4 is the last, i.e. envace_8b's Table 1 job), each one job for all its benchmarks x 2
-    # seeds (Avg@2); TTS: one job per benchmark for all 13 settings
+    # evaluation.one_job: every evaluation, TTS run and fidelity document in one job
+    assert counts["evaluate_all"] == 1 and counts["fidelity_report"] == 1
+    assert not {"evaluate", "evaluate_table1", "tts_evaluate", "fidelity"} & set(counts)
+    # the same DAG with one job per block: the 7 Table 1 rows the figures need (BFCL, tau2), Table 2
+    # (3 x FinMCP), Figure 5's step-2 checkpoint (tau2; step 4 is the last, i.e. envace_8b's Table 1
+    # job), each one job for all its benchmarks x 2 seeds (Avg@2); TTS: one job per benchmark for all 13
+    # settings; fidelity: one job per (model, benchmark)
+    per_block = tmp_path / "per_block.yaml"
+    per_block.write_text("evaluation: {one_job: false}\n")
+    rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml", str(per_block))
+    assert rc == 0, out
+    counts = job_counts(out)
     assert counts["evaluate_table1"] == 7 and counts["evaluate_table2"] == 3
     assert counts["evaluate_checkpoints"] == 1 and "evaluate" not in counts
-    assert counts["tts_evaluate"] == 2
+    assert counts["tts_evaluate"] == 2 and counts["fidelity"] == 4 and "evaluate_all" not in counts
+
+
+def test_one_job_plan_serves_each_weight_folder_once(repo_root):
+    """The plan of evaluate_all: every model's benchmarks, the TTS runs and the fidelity documents, the
+    items of one weight folder adjacent (so `envace eval --plan` starts each path once)."""
+    rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
+                      "config/smoke_ledger.yaml")
+    assert rc == 0, out
+    plan = json.loads((repo_root / "results/smoke/specs/eval_plan.json").read_text())
+    folders = [json.dumps([i.get("model_path"), i.get("checkpoint_dir"), i.get("step")]) for i in plan]
+    runs = [f for i, f in enumerate(folders) if i == 0 or folders[i - 1] != f]
+    assert len(runs) == len(set(runs)) == 7  # the tiny model, 5 trained runs, Figure 5's step 5
+    assert sum("tts_setting" in i for i in plan) == 1
+    assert sum("fidelity_results" in i for i in plan) == 4  # (qwen3_8b, envace_8b) x (bfcl_v4, ledger)
+    envace = [i for i in plan if i["model"] == "envace_8b"]
+    assert [("tts_setting" in i, "fidelity_results" in i) for i in envace] == [
+        (False, False), (True, False), (False, True), (False, True)]
+    assert "ledger" in envace[0]["benchmark"]
 
 
 def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root):
     """`make smoke-ledger`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's
     records before the tiny model, five runs (EnvACE at three seeds, GRPO, per-role; grpo_1p7b is not
-    trained), six Table 1 jobs (each also evaluating the ledger), the ledger for Table 2's two other models
-    (`evaluate_ours`), every TTS setting on it too (a third TTS job), fidelity on BFCL-v4 and the ledger."""
+    trained) and the evaluation job (each Table 1 model, Table 2's two other models and the checkpoint
+    also on the ledger, every TTS setting on it too, fidelity on BFCL-v4 and the ledger)."""
     rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
                       "config/smoke_ledger.yaml")
     assert rc == 0, out
     counts = job_counts(out)
     assert counts["ledger_records"] == 1 and counts["build_tiny_model"] == 1 and counts["train"] == 5
-    assert counts["evaluate_table1"] == 6 and counts["evaluate_checkpoints"] == 1
-    assert counts["evaluate_table2"] == 3 and counts["evaluate_ours"] == 2
-    assert counts["fidelity"] == 4 and counts["tts_evaluate"] == 3
+    assert counts["evaluate_all"] == 1 and counts["summary"] == 25
     assert "evaluate_ours" not in job_counts(dry_run(repo_root, "all", "--forceall")[1])
 
 

@@ -8,7 +8,9 @@ evaluation block (``workflow/rules/evaluate.smk``) and one per TTS benchmark (``
 
 ``--plan FILE`` makes one job of many models' evaluations (``evaluation.one_job``: the smoke DAG's
 ``evaluate_all``): a JSON list whose items carry the single evaluation's flags (``model``, ``model_path`` or
-``checkpoint_dir`` [+ ``step``], ``benchmark``, ``seed``, ``out``, optionally ``tts_setting``). The items run
+``checkpoint_dir`` [+ ``step``], ``benchmark``, ``seed``, ``out``, optionally ``tts_setting``), or
+``fidelity_results`` (result files written before it) instead of ``benchmark`` and ``seed`` for the rehearsal
+fidelity of the model on them (:func:`envace.cli.fidelity.fidelity`, ``out`` its JSON). The items run
 in order; a model path is served from the first item that needs it (as the model, a rehearser, a user
 simulator or judge) to the last, so each path starts once per job and at most the paths of one item and
 those kept for later ones run at a time.
@@ -245,15 +247,20 @@ def plan_runs(args: argparse.Namespace, cfg: dict[str, Any]) -> list[EvalRun]:
 
 @dataclass
 class Entry:
-    """One model's evaluations in the job: the command line's one, or one item of ``--plan``."""
+    """One model's evaluations in the job (the command line's one, or one item of ``--plan``), or a
+    ``--plan`` fidelity item: ``envace fidelity`` of the model on ``fidelity_results`` into ``out``."""
 
     model: str
     model_path: str
     runs: list[EvalRun]
+    fidelity_results: list[str] | None = None
+    out: Path | None = None
 
 
-#: the keys of a ``--plan`` item (the flags of one evaluation)
-PLAN_KEYS = {"model", "model_path", "checkpoint_dir", "step", "benchmark", "seed", "out", "tts_setting"}
+#: the keys of a ``--plan`` item (the flags of one evaluation; ``fidelity_results`` instead of
+#: ``benchmark`` and ``seed`` for a rehearsal-fidelity item)
+PLAN_KEYS = {"model", "model_path", "checkpoint_dir", "step", "benchmark", "seed", "out", "tts_setting",
+             "fidelity_results"}
 SINGLE_FLAGS = ("model", "model_path", "checkpoint_dir", "step", "benchmark", "seed", "out", "tts_setting",
                 "rehearser")
 
@@ -288,7 +295,15 @@ def entry_args(args: argparse.Namespace) -> list[argparse.Namespace]:
         unknown = sorted(set(item) - PLAN_KEYS)
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {sorted(PLAN_KEYS)})")
-        for key, kind in (("model", str), ("out", str), ("benchmark", list), ("seed", list)):
+        keys: tuple[tuple[str, type], ...] = (("model", str), ("out", str))
+        if "fidelity_results" in item:
+            extra = sorted({"benchmark", "seed", "tts_setting"} & set(item))
+            if extra:
+                raise ConfigError(f"{where}: a fidelity item has no {extra}")
+            keys += (("fidelity_results", list),)
+        else:
+            keys += (("benchmark", list), ("seed", list))
+        for key, kind in keys:
             if not isinstance(item.get(key), kind):
                 raise ConfigError(f"{where}: '{key}' must be a {kind.__name__}")
         if ("model_path" in item) == ("checkpoint_dir" in item):
@@ -309,13 +324,16 @@ def plan_entries(args: argparse.Namespace, cfg: dict[str, Any]) -> list[Entry]:
             path = one.model_path or str(resolve_checkpoint(one.checkpoint_dir, one.step))
         except FileNotFoundError as exc:
             raise ConfigError(f"model {one.model}: {exc}") from exc
-        entries.append(Entry(one.model, path, plan_runs(one, cfg)))
+        if getattr(one, "fidelity_results", None) is not None:
+            entries.append(Entry(one.model, path, [], list(one.fidelity_results), Path(one.out)))
+        else:
+            entries.append(Entry(one.model, path, plan_runs(one, cfg)))
     seen: dict[Path, str] = {}
     for entry in entries:
-        for r in entry.runs:
-            if r.out in seen:
-                raise ConfigError(f"{r.out} is written by two evaluations ({seen[r.out]} and {entry.model})")
-            seen[r.out] = entry.model
+        for out in [r.out for r in entry.runs] + ([entry.out] if entry.out else []):
+            if out in seen:
+                raise ConfigError(f"{out} is written by two evaluations ({seen[out]} and {entry.model})")
+            seen[out] = entry.model
     return entries
 
 
@@ -405,7 +423,9 @@ def _needs(entry: Entry, todo: list[EvalRun], cfg: dict[str, Any], args: argpars
         item.roles.append(role)
         item.gpus = max(item.gpus, gpus)
 
-    if kind == "vllm":
+    if kind == "vllm" and entry.fidelity_results is not None:
+        need(entry.model_path, "rehearse", serve_gpus.get(_model_size(cfg, entry.model), 1))
+    elif kind == "vllm":
         gpus = args.gpus or serve_gpus.get(_model_size(cfg, entry.model), 1)
         need(entry.model_path, "model", gpus)
         for rid in rehearsers(cfg, todo):
@@ -444,24 +464,28 @@ def run(args: argparse.Namespace) -> int:
         )
     install_signal_handlers()
     runs = [r for e in entries for r in e.runs]
+    outs = [r.out for r in runs] + [e.out for e in entries if e.out]
     restored = [r for r in runs if _restore(r)]
     for r in restored:
         print(f"envace eval: {r.out}: restored the run this job finished before it failed", file=sys.stderr)
     todo = {id(e): [r for r in e.runs if r not in restored] for e in entries}
-    if not any(todo.values()):
+    entries = [e for e in entries if todo[id(e)] or e.fidelity_results is not None]
+    if not entries:
         for r in runs:
             _drop_kept(r.out)
         print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
         return 0
-    entries = [e for e in entries if todo[id(e)]]
-    job = _Job(cfg, args, kind, settings, log_dir=Path(os.path.commonpath([str(r.out.parent) for r in runs]))
+    job = _Job(cfg, args, kind, settings, log_dir=Path(os.path.commonpath([str(o.parent) for o in outs]))
                / "serve_logs")
     needs = [_needs(e, todo[id(e)], cfg, args, kind) for e in entries]
     total_new = 0
     try:
         for i, entry in enumerate(entries):
             later = {path for n in needs[i + 1:] for path in n}
-            new = job.evaluate(entry, todo[id(entry)], needs[i])
+            if entry.fidelity_results is not None:
+                new = job.fidelity(entry, needs[i])
+            else:
+                new = job.evaluate(entry, todo[id(entry)], needs[i])
             if new is None:
                 return EXIT_UNAVAILABLE
             total_new += new
@@ -530,12 +554,11 @@ class _Job:
     def wait(self, needs: dict[str, _Need]) -> None:
         for item in needs.values():
             srv = self.servers[item.path]
-            was_ready = srv.ready_s is not None
-            srv.wait_ready()
             record = next(r for r in reversed(self.started) if r["model_path"] == item.path)
-            record.update(ready_s=round(srv.ready_s or 0.0, 3), launches=srv.launches)
             record["roles"] = list(dict.fromkeys([*record["roles"], *item.roles]))
-            if not was_ready:
+            if record["ready_s"] is None:  # a server kept from an earlier item is not waited for again
+                srv.wait_ready()
+                record.update(ready_s=round(srv.ready_s or 0.0, 3), launches=srv.launches)
                 print(f"envace eval: {srv.kind} server of {srv.model_path} ready after {srv.ready_s:.0f} s "
                       f"({srv.base_url})", file=sys.stderr)
 
@@ -551,6 +574,23 @@ class _Job:
         timing = _cpu_timing(self.servers.values())
         timing["server_cpu_s"] += self.retired_cpu_s
         return timing
+
+    def serving_record(self, needs: dict[str, _Need]) -> dict[str, Any]:
+        """The manifests' ``serving``: flags, this job's id, and the servers these runs used."""
+        return {**self.settings.record(), "job": self.id,
+                "servers": [dict(r) for r in self.started if r["model_path"] in needs]}
+
+    def fidelity(self, entry: Entry, needs: dict[str, _Need]) -> int:
+        """A fidelity item: ``envace fidelity`` through this job's server of the model (0 new samples)."""
+        from envace.cli.fidelity import fidelity
+
+        assert entry.fidelity_results is not None and entry.out is not None
+        self.launch(needs, entry.out)
+        self.wait(needs)
+        fidelity(self.cfg, entry.fidelity_results, entry.model, entry.out, model_path=entry.model_path,
+                 backend="hf" if self.kind == "hf" else "vllm", server=self.servers.get(entry.model_path),
+                 serving=self.serving_record(needs))
+        return 0
 
     def evaluate(self, entry: Entry, todo: list[EvalRun], needs: dict[str, _Need]) -> int | None:
         """Run one entry's unfinished runs; the number of new samples, or None after a backend failure
@@ -592,8 +632,7 @@ class _Job:
             return VLLMCompletionsBackend(srv.base_url, srv.served_name, server=srv, seed=seed)
 
         self.wait(needs)
-        serving_record = {**self.settings.record(), "job": self.id,
-                          "servers": [dict(r) for r in self.started if r["model_path"] in needs]}
+        serving_record = self.serving_record(needs)
         sampling, episode = cfg["evaluation"]["sampling"], cfg["evaluation"]["episode"]
         rehearse = cfg["tts"]["rehearse"]
         default_concurrency = int(cfg["evaluation"].get("concurrency", 16))

@@ -151,27 +151,34 @@ def _backend(model_path: str, seed: int) -> tuple[Any, Any]:
 
 
 def _predict_served(
-    cfg: dict[str, Any], model_path: str, seed: int, log: Path, predict: Any
-) -> tuple[list[str | None], dict[str, Any]]:
-    """``predict(backend, tokenizer)`` against a ``vllm serve`` of ``model_path`` (stopped afterwards);
-    returns the predictions and the serving record."""
+    cfg: dict[str, Any], model_path: str, seed: int, log: Path, predict: Any, server: Any = None
+) -> tuple[list[str | None], dict[str, Any] | None]:
+    """``predict(backend, tokenizer)`` against a ``vllm serve`` of ``model_path``: ``server`` when given
+    (an :class:`envace.serve.vllm_server.Server` of that path, ready, left running: ``envace eval --plan``'s;
+    no serving record, its caller writes one), else one started here and stopped afterwards; returns the
+    predictions and the serving record."""
     from transformers import AutoTokenizer
 
     from envace.serve.backends import VLLMCompletionsBackend
     from envace.serve.vllm_server import Server, VLLMSettings, install_signal_handlers
 
     settings = VLLMSettings.from_config(cfg)
-    install_signal_handlers()
-    server = Server("vllm", model_path, settings=settings, log_path=log,
-                    ready_timeout=float(cfg.get("serving", {}).get("ready_timeout_s", 900)))
-    server.launch()
+    own = server is None
+    if own:
+        install_signal_handlers()
+        server = Server("vllm", model_path, settings=settings, log_path=log,
+                        ready_timeout=float(cfg.get("serving", {}).get("ready_timeout_s", 900)))
+        server.launch()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)  # while the server boots
         server.wait_ready()
         backend = VLLMCompletionsBackend(server.base_url, server.served_name, server=server, seed=seed)
         predictions = asyncio.run(predict(backend, tokenizer))
     finally:
-        server.stop()
+        if own:
+            server.stop()
+    if not own:
+        return predictions, None
     record = {**settings.record(), "servers": [{"model_path": model_path, "roles": ["rehearse"],
                                                  "ready_s": round(server.ready_s or 0.0, 3),
                                                  "launches": server.launches}]}
@@ -180,19 +187,27 @@ def _predict_served(
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
+    return fidelity(cfg, args.results, args.label, Path(args.out), model_path=args.model_path,
+                    checkpoint_dir=args.checkpoint_dir, backend=args.backend)
+
+
+def fidelity(cfg: dict[str, Any], results: list[str], label: str, out: Path, *, model_path: str | None = None,
+             checkpoint_dir: str | None = None, backend: str = "vllm", server: Any = None,
+             serving: dict[str, Any] | None = None) -> int:
+    """One fidelity document (see the module docstring). ``server``: a running server of the model to use
+    (``envace eval --plan``), with ``serving``, the record its job writes."""
     bootstrap = dict(cfg["report"]["bootstrap"])
     fid = cfg["report"].get("fidelity")
     if not fid:
-        raise ConfigError(f"{args.config}: report.fidelity is not set (the rehearsal-fidelity settings)")
+        raise ConfigError("report.fidelity is not set (the rehearsal-fidelity settings)")
     rehearse = fid["rehearse"]
-    out = Path(args.out)
-    pairs, tools, info = _collect(args.results, fid.get("max_pairs"), cfg, out.parent / f".{out.stem}.work")
+    pairs, tools, info = _collect(results, fid.get("max_pairs"), cfg, out.parent / f".{out.stem}.work")
     info["scale"] = cfg["scale"]
     if not pairs:  # e.g. a model that never made a valid call: reported as a row with no pairs
         _write_doc(
             out,
             {
-                "model": args.label,
+                "model": label,
                 **info,
                 "bootstrap": bootstrap,
                 "summary": {"overall": None, "per_tool": {}},
@@ -200,17 +215,18 @@ def run(args: argparse.Namespace) -> int:
             },
         )
         print(
-            f"envace fidelity: {args.label} on {info['benchmark']}: the result files hold no "
+            f"envace fidelity: {label} on {info['benchmark']}: the result files hold no "
             f"(call, observation) pairs -> {out}"
         )
         return 0
-    if args.checkpoint_dir:
+    if checkpoint_dir:
         from envace.cli.eval import resolve_checkpoint
 
-        args.model_path = str(resolve_checkpoint(args.checkpoint_dir, None))
+        model_path = str(resolve_checkpoint(checkpoint_dir, None))
     from envace.serve.vllm_server import check_model_path
 
-    check_model_path(args.model_path)
+    assert model_path is not None
+    check_model_path(model_path)
     sampling = {"temperature": float(rehearse["temperature"]), "max_tokens": int(rehearse["max_tokens"])}
     # the chat template's default renders thinking on: only an explicit false is passed
     template_kwargs = {} if rehearse["enable_thinking"] else {"enable_thinking": False}
@@ -227,17 +243,18 @@ def run(args: argparse.Namespace) -> int:
             max_context_tokens=int(rehearse["max_context_tokens"]),
         )
 
-    serving = None
-    if args.backend == "hf":
-        backend, tokenizer = _backend(args.model_path, int(rehearse["seed"]))
-        predictions = asyncio.run(predict(backend, tokenizer))
+    if backend == "hf":
+        hf, tokenizer = _backend(model_path, int(rehearse["seed"]))
+        predictions = asyncio.run(predict(hf, tokenizer))
     else:
         log = out.parent / "serve_logs" / f"{out.stem}.server.log"
-        predictions, serving = _predict_served(cfg, args.model_path, int(rehearse["seed"]), log, predict)
+        seed = int(rehearse["seed"])
+        predictions, own_record = _predict_served(cfg, model_path, seed, log, predict, server)
+        serving = own_record or serving
     scores = [score_pair(p, pred) for p, pred in zip(pairs, predictions, strict=True)]
     doc = {
-        "model": args.label,
-        "model_path": args.model_path,
+        "model": label,
+        "model_path": model_path,
         **info,
         "prompt": rehearse["prompt"],
         "sampling": sampling,
@@ -250,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     _write_doc(out, doc)
     overall = doc["summary"]["overall"]
     print(
-        f"envace fidelity: {args.label} on {info['benchmark']}: {overall['n_pairs']} pairs, "
+        f"envace fidelity: {label} on {info['benchmark']}: {overall['n_pairs']} pairs, "
         + ", ".join(f"{m} {overall[m]['point']:.3f}" for m in ("agree", "exact", "field_f1"))
         + f" -> {out}"
     )

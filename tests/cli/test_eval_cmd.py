@@ -271,7 +271,8 @@ def test_a_plan_runs_several_models_in_one_job(tiny_dir, fast_config, tmp_path):
     assert main(argv) == 0
     loaded = load_config(fast_config)
     for m in ("qwen3_8b", "awm_8b"):
-        res = read_results(tmp_path / f"eval/{m}/finmcp/seed0.jsonl", expected_hash=eval_hash(loaded, m, "finmcp"))
+        path = tmp_path / f"eval/{m}/finmcp/seed0.jsonl"
+        res = read_results(path, expected_hash=eval_hash(loaded, m, "finmcp"))
         assert res.manifest["model"] == m
 
 
@@ -283,6 +284,9 @@ def test_a_plan_runs_several_models_in_one_job(tiny_dir, fast_config, tmp_path):
      "item 0: 'benchmark' must be a list"),
     ([{"model": "qwen3_8b", "model_path": "x", "benchmark": ["finmcp"], "seed": [0], "out": "o.jsonl",
        "gpu": 1}], "item 0: unknown key(s) ['gpu']"),
+    ([{"model": "qwen3_8b", "model_path": "x", "fidelity_results": ["r.jsonl"], "seed": [0],
+       "out": "f.json"}],
+     "item 0: a fidelity item has no ['seed']"),
 ])
 def test_a_malformed_plan_is_refused_naming_the_item_and_key(fast_config, tmp_path, capsys, items, message):
     argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items)]
@@ -298,7 +302,7 @@ def test_a_plan_with_single_evaluation_flags_is_refused(fast_config, tmp_path, c
 
 def test_a_plan_serves_each_path_once_and_stops_it_after_its_last_use(tiny_dir, fast_config, tmp_path,
                                                                       monkeypatch):
-    """Three models, two weight folders, each on tau2 (whose user simulator is models/smoke/tiny): the
+    """Three models, two weight folders, each on tau2 (whose user simulator is the first folder): the
     helper path runs through the whole job, each model's own path only while its items run."""
     import shutil
 
@@ -323,6 +327,7 @@ def test_a_plan_serves_each_path_once_and_stops_it_after_its_last_use(tiny_dir, 
             return self
 
         def wait_ready(self):
+            events.append(("ready", self.model_path))
             self.ready_s = 0.0
             return self
 
@@ -345,6 +350,27 @@ def test_a_plan_serves_each_path_once_and_stops_it_after_its_last_use(tiny_dir, 
              for m, p in (("qwen3_8b", tiny_dir), ("awm_8b", other), ("envscaler_8b", tiny_dir))]
     argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items), "--no-progress"]
     assert main(argv) == 0
-    assert events == [("launch", str(tiny_dir)), ("evaluate", "qwen3_8b"), ("launch", str(other)),
-                      ("evaluate", "awm_8b"), ("stop", str(other)), ("evaluate", "envscaler_8b"),
-                      ("stop", str(tiny_dir))]
+    # a kept server is not waited for again (its start-up time stays the one it took)
+    assert events == [("launch", str(tiny_dir)), ("ready", str(tiny_dir)), ("evaluate", "qwen3_8b"),
+                      ("launch", str(other)), ("ready", str(other)), ("evaluate", "awm_8b"),
+                      ("stop", str(other)), ("evaluate", "envscaler_8b"), ("stop", str(tiny_dir))]
+
+
+def test_a_plan_fidelity_item_reads_the_results_an_earlier_item_wrote(tiny_dir, fast_config, tmp_path):
+    import json
+
+    cfg = yaml.safe_load(fast_config.read_text())
+    cfg["benchmarks"]["bfcl_multi_turn"]["limit"] = 1
+    fast_config.write_text(yaml.safe_dump(cfg))
+    results = tmp_path / "eval/qwen3_8b/bfcl_multi_turn/seed0.jsonl"
+    fid = tmp_path / "fidelity/qwen3_8b/bfcl_multi_turn.json"
+    items = [{"model": "qwen3_8b", "model_path": str(tiny_dir), "benchmark": ["bfcl_multi_turn"], "seed": [0],
+              "out": str(results)},
+             {"model": "qwen3_8b", "model_path": str(tiny_dir), "fidelity_results": [str(results)],
+              "out": str(fid)}]
+    argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items), "--backend", "hf",
+            "--no-progress"]
+    assert main(argv) == 0
+    doc = json.loads(fid.read_text())
+    assert doc["model"] == "qwen3_8b" and doc["benchmark"] == "bfcl_multi_turn"
+    assert doc["sources"][0]["path"] == str(results)

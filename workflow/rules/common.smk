@@ -245,12 +245,6 @@ def tts_files(setting, benchmark, root=None):
     return [str(tts_path(root, setting, benchmark, s)) for s in CFG["tts"]["seeds"]]
 
 
-def tts_rehearser_ready(setting):
-    if setting == "no_tts":
-        return []
-    return model_ready(CFG["tts"]["rehearsers"][setting.split("_")[2]])
-
-
 # ---------------------------------------------------------------- report inputs (one place)
 def table_inputs(table):
     if table in ("table1", "table2"):
@@ -390,22 +384,6 @@ def model_path_arg(model):
     if entry["kind"] == "trained":
         return f"--checkpoint-dir {CKPT_DIR}/{entry['run']}"
     return f"--model-path {entry['path']}"
-
-
-def tts_inputs(wildcards):
-    actor = CFG["tts"]["actor"]
-    return {
-        "spec": tts_spec(wildcards.setting, wildcards.benchmark),
-        "actor": model_ready(actor),
-        "rehearser": tts_rehearser_ready(wildcards.setting),
-    }
-
-
-def tts_gpus(wildcards):
-    models = [CFG["tts"]["actor"]]
-    if wildcards.setting != "no_tts":
-        models.append(CFG["tts"]["rehearsers"][wildcards.setting.split("_")[2]])
-    return job_gpus(models, wildcards.benchmark)
 
 
 def figure_rule_inputs(wildcards):

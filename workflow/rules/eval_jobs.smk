@@ -111,9 +111,9 @@ def model_source(model):
 
 def one_job_plan():
     """The `envace eval --plan` items of the evaluate_all job: one per model (the union of its blocks'
-    benchmarks), then the TTS runs; ordered so the items of one weight folder are adjacent and the TTS
-    item follows its actor's, so each path is served once (`envace eval` keeps a server from its first
-    item to its last)."""
+    benchmarks), then the TTS runs, then the rehearsal-fidelity documents (report.fidelity); ordered so
+    the items of one weight folder are adjacent, each in that order, so each path is served once
+    (`envace eval` keeps a server from its first item to its last)."""
     benchmarks = {}
     for block_models, block_benchmarks in eval_blocks().values():
         for m in block_models:
@@ -140,22 +140,32 @@ def one_job_plan():
             "tts_setting": list(tts["settings"]),
         }
     )
+    if fidelity_outputs():  # after the evaluations whose trajectories they read
+        items += [
+            {
+                "model": m,
+                **model_source(m),
+                "fidelity_results": eval_files(m, b, root=RESULTS),
+                "out": f"{RESULTS}/fidelity/{m}/{b}.json",
+            }
+            for m in FIDELITY["models"]
+            for b in FIDELITY["benchmarks"]
+        ]
     key = lambda item: json.dumps(
         {k: item.get(k) for k in ("model_path", "checkpoint_dir", "step")}
     )
     first = {}
     for i, item in enumerate(items):
         first.setdefault(key(item), i)
-    return sorted(
-        items, key=lambda item: first[key(item)]
-    )  # stable: TTS stays after its actor
+    return sorted(items, key=lambda item: first[key(item)])  # stable within a path
 
 
 def one_job_outputs(ext):
+    """evaluate_all's result files (`jsonl`) or manifests (`manifest.json`)."""
     return [
         f"{RESULTS}/eval/{m}/{b}/seed{s}.{ext}"
         for item in one_job_plan()
-        if "tts_setting" not in item
+        if "tts_setting" not in item and "benchmark" in item
         for m in [item["model"]]
         for b in item["benchmark"]
         for s in CFG["seeds"]
@@ -167,6 +177,10 @@ def one_job_outputs(ext):
     ]
 
 
+def one_job_fidelity():
+    return [item["out"] for item in one_job_plan() if "fidelity_results" in item]
+
+
 def one_job_inputs():
     plan = one_job_plan()
     models = [item["model"] for item in plan] + list(CFG["tts"]["rehearsers"].values())
@@ -175,9 +189,14 @@ def one_job_inputs():
             eval_spec(item["model"], b)
             for item in plan
             if "tts_setting" not in item
-            for b in item["benchmark"]
+            for b in item.get("benchmark", [])
         ]
-        + [tts_spec(s, b) for s in CFG["tts"]["settings"] for b in TTS_BENCHMARKS],
+        + [tts_spec(s, b) for s in CFG["tts"]["settings"] for b in TTS_BENCHMARKS]
+        + [
+            fidelity_spec(item["model"], Path(item["out"]).stem)
+            for item in plan
+            if "fidelity_results" in item
+        ],
         "models": sorted({f for m in models for f in model_ready(m)}),
     }
 
@@ -186,9 +205,6 @@ def one_job_gpus():
     """The sum over the plan's distinct served paths: an upper bound (`envace eval` runs one item's
     servers and those kept for later items at a time)."""
     plan = one_job_plan()
-    models = {m for item in plan for m in [item["model"]]} | set(
-        CFG["tts"]["rehearsers"].values()
-    )
-    return served_gpus(
-        sorted(models), sorted({b for item in plan for b in item["benchmark"]})
-    )
+    models = {item["model"] for item in plan} | set(CFG["tts"]["rehearsers"].values())
+    benchmarks = {b for item in plan for b in item.get("benchmark", [])}
+    return served_gpus(sorted(models), sorted(benchmarks))

@@ -18,6 +18,7 @@ if ONE_JOB:
         output:
             samples=one_job_outputs("jsonl"),
             manifests=one_job_outputs("manifest.json"),
+            fidelity=one_job_fidelity(),
         log:
             f"{RESULTS}/logs/eval/all.log",
         benchmark:

@@ -136,27 +136,29 @@ rule report_html:
         "--out {output} > {log} 2>&1"
 
 
-rule fidelity:
-    """Rehearsal fidelity of one model on its own real trajectories of one benchmark (our extension)."""
-    input:
-        results=lambda wc: eval_files(wc.model, wc.benchmark, root=RESULTS),
-        spec=lambda wc: fidelity_spec(wc.model, wc.benchmark),
-    output:
-        f"{RESULTS}/fidelity/{{model}}/{{benchmark}}.json",
-    log:
-        f"{RESULTS}/logs/fidelity/{{model}}/{{benchmark}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/fidelity/{{model}}/{{benchmark}}.tsv"
-    conda:
-        CONDA_ENV
-    resources:
-        gpu=lambda wc: model_gpus(wc.model),
-    params:
-        config=RESOLVED_CONFIG,
-        model=lambda wc: model_path_arg(wc.model),
-    shell:
-        "envace fidelity --config {params.config} --results {input.results} {params.model} "
-        "--label {wildcards.model} --out {output} > {log} 2>&1"
+if not ONE_JOB:  # else rule evaluate_all writes them (evaluate.smk)
+
+    rule fidelity:
+        """Rehearsal fidelity of one model on its own real trajectories of one benchmark (our extension)."""
+        input:
+            results=lambda wc: eval_files(wc.model, wc.benchmark, root=RESULTS),
+            spec=lambda wc: fidelity_spec(wc.model, wc.benchmark),
+        output:
+            f"{RESULTS}/fidelity/{{model}}/{{benchmark}}.json",
+        log:
+            f"{RESULTS}/logs/fidelity/{{model}}/{{benchmark}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/fidelity/{{model}}/{{benchmark}}.tsv"
+        conda:
+            CONDA_ENV
+        resources:
+            gpu=lambda wc: model_gpus(wc.model),
+        params:
+            config=RESOLVED_CONFIG,
+            model=lambda wc: model_path_arg(wc.model),
+        shell:
+            "envace fidelity --config {params.config} --results {input.results} {params.model} "
+            "--label {wildcards.model} --out {output} > {log} 2>&1"
 
 
 rule fidelity_report:
