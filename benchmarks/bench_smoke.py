@@ -67,8 +67,9 @@ def model_share(results: Path) -> dict[str, float]:
 def server_starts(results: Path) -> tuple[int, int, list[float]]:
     """``(jobs, model-server starts, start-up seconds of each)`` from the ``serving`` records of the
     evaluation / TTS manifests (one job id per ``envace eval`` job, shared by its manifests) and of the
-    fidelity documents (one job each, or the evaluation job's). A job's manifests each list the servers their runs used (a server
-    shared by several runs appears in each, under the same ``index``): a job's servers are their union."""
+    fidelity documents (one job each, or the evaluation job's). A job's manifests each list the servers
+    their runs used (a server shared by several runs appears in each, under the same ``index``): a job's
+    servers are their union."""
     jobs: dict[str, dict] = {}
     for manifest in list((results / "eval").rglob("*.manifest.json")) + list(
             (results / "tts").rglob("*.manifest.json")):
