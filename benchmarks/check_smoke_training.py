@@ -19,7 +19,9 @@ exactly once (a resumed run must not log a step twice nor skip one); the done-fi
 (``actor/huggingface/*.safetensors``), and a per-role run updated both policies at every step and
 checkpointed both at every saved step; every trained policy's rollout-vs-actor agreement (a shared run's
 on all its rows) is at least ``MIN_AGREEMENT`` at every step; a standard-GRPO run has no REHEARSE row and
-got its observations from a simulator that ``envace train`` served with ``vllm serve``. Of the DAG: some
+got its observations from a simulator that ``envace train`` served with ``vllm serve``; a run trained with
+the checklist reward (the paper's; ``reward`` of the run or ``training.reward``) logged judge verdicts
+(``envace/judge/verdicts``), more than failed ones, and prints them with the failures. Of the DAG: some
 step of some run had advantages of both signs and a non-zero gradient (a GRPO update happened), and each
 Figure 5 checkpoint evaluation served that checkpoint's weights (``global_step_N`` and vLLM in its
 manifests).
@@ -40,7 +42,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import update_config
 
-from envace.common.config import evaluation_pairs, figure5_models
+from envace.common.config import evaluation_pairs, figure5_models, run_reward
 
 STEP = re.compile(r"step:(\d+) - ")
 CORR = "envace/rollout_actor_corr/"
@@ -148,6 +150,15 @@ def check_outputs(results: Path, checkpoints: Path, run: str, spec: dict, logged
         problems += [f"{run}: step {n} did not update both policies (actor/pg_loss, rehearse_actor/pg_loss)"
                      for n, row in zip(logged, rows, strict=True)
                      if not {"actor/pg_loss", "rehearse_actor/pg_loss"} <= set(row)]
+    if spec.get("reward") == "checklist":  # the paper's reward inside main_ppo: the judge answered
+        verdicts = sum(float(r.get("envace/judge/verdicts", 0)) for r in rows)
+        failures = sum(float(r.get("envace/judge/failures", 0)) for r in rows)
+        print(f"{run}: checklist reward: {verdicts:.0f} judge verdicts over {len(rows)} steps, "
+              f"{failures:.0f} failed; failed trajectories per step "
+              + ", ".join(f"{float(r.get('envace/judge/failed_share', 0)):.0%}" for r in rows))
+        if verdicts <= failures:
+            problems.append(f"{run}: trained with the checklist reward but the judge gave no verdict "
+                            f"({verdicts:.0f} asked, {failures:.0f} failed; envace/judge/* in metrics.jsonl)")
     if spec.get("algorithm") == "grpo":
         if rehearse_rows:
             problems.append(f"{run}: standard GRPO trained {rehearse_rows:.0f} REHEARSE rows (want 0)")
@@ -196,14 +207,16 @@ def trained_runs(cfg: dict) -> dict:
     """The runs the DAG trains: those of the trained models it evaluates (``evaluation_pairs``: Tables 1-2,
     Figure 5), the TTS actor and rehearsers, Figures 3-4 and the fidelity table use, and the Figure 5
     checkpoint run. A run configured but used nowhere (the ledger overlay keeps smoke.yaml's
-    ``grpo_1p7b`` but leaves it out of every table and figure) is not trained."""
+    ``grpo_1p7b`` but leaves it out of every table and figure) is not trained. Each spec carries the
+    run's effective ``reward`` (:func:`envace.common.config.run_reward`)."""
     report = cfg["report"]
     used = {m for m, _ in evaluation_pairs(cfg)} | {cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()}
     used |= {*report["fig3"].values(), *(m for sizes in report["fig4"].values() for m in sizes.values())}
     used |= set(report.get("fidelity", {}).get("models", []))
     runs = {cfg["models"][m]["run"] for m in used if cfg["models"].get(m, {}).get("kind") == "trained"}
     runs.add(cfg["evaluation"]["checkpoints"]["run"])
-    return {run: spec for run, spec in cfg["training"]["runs"].items() if run in runs}
+    return {run: {**spec, "reward": run_reward(cfg, run)} for run, spec in cfg["training"]["runs"].items()
+            if run in runs}
 
 
 def merged(configs: list[Path]) -> dict:

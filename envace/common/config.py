@@ -258,6 +258,13 @@ def episode_rules(run_spec: Mapping[str, Any]) -> dict[str, Any]:
 TRAINING_SHARED_KEYS = ("data", "judge", "reward", "reward_rules")
 
 
+def run_reward(cfg: Mapping[str, Any], run: str | None) -> str:
+    """The reward a training run trains on: its own ``training.runs.<run>.reward``, else
+    ``training.reward`` (default ``checklist``, the paper's)."""
+    spec = cfg["training"]["runs"].get(run, {}) if run else {}
+    return str(spec.get("reward") or cfg["training"].get("reward", "checklist"))
+
+
 def training_key(cfg: Mapping[str, Any], run: str) -> dict[str, Any] | None:
     """What a training run's weights depend on: its ``training.runs`` entry plus the shared training
     settings (:data:`TRAINING_SHARED_KEYS`); ``None`` for a name that is not a run."""

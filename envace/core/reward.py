@@ -224,12 +224,14 @@ class Judge(Protocol):
 @dataclass
 class RewardResult:
     """``reward`` is ``None`` for a dropped sample; ``turn_scores`` per judged turn; ``failures`` counts
-    judge failures in this episode."""
+    judge failures in this episode, ``verdicts`` the judge verdicts it asked for (cached ones included;
+    0 without a judge)."""
 
     reward: float | None
     turn_scores: list[float] = field(default_factory=list)
     failures: int = 0
     detail: dict[str, Any] = field(default_factory=dict)
+    verdicts: int = 0
 
 
 def split_turns(messages: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
@@ -428,7 +430,8 @@ def checklist_reward(messages: list[dict[str, Any]], checklists: list[list[dict[
         detail["unjudged_turn"] = unjudged
     if failures and policy == "drop_sample":
         judge.metrics.add(dropped_samples=1)
-        return RewardResult(None, failures=failures, detail={**detail, "dropped": "judge_failure"})
+        return RewardResult(None, failures=failures, detail={**detail, "dropped": "judge_failure"},
+                            verdicts=len(requests))
     passed: dict[tuple[int, int], bool] = {}
     failed_items: set[tuple[int, int]] = set()
     for (t, _s, j), v in zip(plan, verdicts, strict=True):
@@ -463,8 +466,9 @@ def checklist_reward(messages: list[dict[str, Any]], checklists: list[list[dict[
         denominator = len(scores)
     if denominator <= 0:
         judge.metrics.add(dropped_samples=1)
-        return RewardResult(None, failures=failures, detail={**detail, "dropped": "no_judged_turn"})
-    return RewardResult(sum(scores) / denominator, scores, failures, detail)
+        return RewardResult(None, failures=failures, detail={**detail, "dropped": "no_judged_turn"},
+                            verdicts=len(requests))
+    return RewardResult(sum(scores) / denominator, scores, failures, detail, verdicts=len(requests))
 
 
 def _first_turn_calls(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:

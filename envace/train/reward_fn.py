@@ -71,7 +71,7 @@ def _process_judge() -> ChecklistJudge:
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
                   ) -> dict[str, Any]:
-    """verl custom reward: ``{"score", "judge_failures", "dropped"}`` for one episode, plus
+    """verl custom reward: ``{"score", "judge_failures", "judge_verdicts", "dropped"}`` for one episode, plus
     ``"row_penalties"`` (a list, one per row, see :func:`row_penalties`) when ``extra_info["rows"]`` is
     given: row ``i``'s reward is ``score + row_penalties[i]``.
 
@@ -96,7 +96,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         checklists = _decoded(ground_truth) or _decoded(info.get("checklists")) or []
         result = checklist_reward(messages, checklists, _process_judge(), rules, termination)
     out: dict[str, Any] = {"score": 0.0 if result.reward is None else float(result.reward),
-                           "judge_failures": result.failures, "dropped": result.reward is None}
+                           "judge_failures": result.failures, "judge_verdicts": result.verdicts,
+                           "dropped": result.reward is None}
     rows = _decoded(info.get("rows"))
     if rows is not None:
         out["row_penalties"] = row_penalties(list(rows), rules)

@@ -323,13 +323,15 @@ def test_compute_score_rules_from_env(monkeypatch):
     extra = {"messages": [USER, STEP1, OBS_OK], "reference_calls": ref, "termination": "max_turns",
              "rows": json.dumps(["<tool_call>..</tool_call>", "<execution_result>{}</execution_result>", ""])}
     out = rw.compute_score("cm2", "", None, extra)
-    assert out == {"score": 0.0, "judge_failures": 0, "dropped": False, "row_penalties": [0.0, 0.0, -0.1]}
+    assert out == {"score": 0.0, "judge_failures": 0, "judge_verdicts": 0, "dropped": False,
+                   "row_penalties": [0.0, 0.0, -0.1]}
     monkeypatch.setenv("ENVACE_REWARD_RULES", json.dumps({"judge_terminated": True,
                                                           "empty_response_penalty": "episode"}))
     out = rw.compute_score("cm2", "", None, extra)
     assert out["score"] == 1.0 and out["row_penalties"] == [0.0, 0.0, 0.0]
     empty = {"messages": [USER, {"role": "assistant", "content": ""}], "reference_calls": ref}
-    assert rw.compute_score("cm2", "", None, empty) == {"score": -0.1, "judge_failures": 0, "dropped": False}
+    assert rw.compute_score("cm2", "", None, empty) == {"score": -0.1, "judge_failures": 0,
+                                                        "judge_verdicts": 0, "dropped": False}
 
 
 def test_rules_config_round_trip_and_validation(repo_root):

@@ -137,6 +137,19 @@ def test_standard_grpo_has_no_rehearse_rows_and_a_served_simulator(tmp_path):
         "grpo_8b: its log shows no simulator served by vllm serve"]
 
 
+def test_a_checklist_reward_run_shows_its_judge_verdicts(tmp_path, capsys):
+    corr = {"envace/rollout_actor_corr/shared": 0.999, "envace/rows/rehearse": 0.0}
+    runs = {"grpo_8b": {**GRPO, "reward": "checklist"}}
+    judged = {"envace/judge/verdicts": 6.0, "envace/judge/failures": 1.0, "envace/judge/failed_share": 0.25}
+    _write(tmp_path, "grpo_8b", [_row(n, **corr, **judged) for n in (1, 2, 3)], SERVED)
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == []
+    assert "grpo_8b: checklist reward: 18 judge verdicts over 3 steps, 3 failed" in capsys.readouterr().out
+    _write(tmp_path, "grpo_8b", [_row(n, **corr) for n in (1, 2, 3)], SERVED)  # no judge ran
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [
+        "grpo_8b: trained with the checklist reward but the judge gave no verdict (0 asked, 0 failed; "
+        "envace/judge/* in metrics.jsonl)"]
+
+
 def test_a_dag_without_an_update_or_with_an_unsynced_shared_policy_fails(tmp_path):
     flat = {"critic/advantages/max": 0.0, "critic/advantages/min": 0.0,
             "envace/rollout_actor_corr/shared": 0.5}

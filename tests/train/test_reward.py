@@ -275,7 +275,7 @@ def test_verl_compute_score_entry_point(server_factory, monkeypatch):
     monkeypatch.setenv("ENVACE_JUDGE_MODEL", "judge")
     extra = {"messages": [USER, STEP1, OBS_OK, FINAL], "reference_calls": json.dumps([])}
     out = rw.compute_score("cm2", "It is 20 degrees.", json.dumps([ITEMS]), extra)
-    assert out == {"score": 0.0, "judge_failures": 0, "dropped": False}
+    assert out == {"score": 0.0, "judge_failures": 0, "judge_verdicts": 4, "dropped": False}
     assert srv.hits == 4  # 2 steps x 2 items
     monkeypatch.setenv("ENVACE_REWARD", "reference_match")
     extra["reference_calls"] = json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}])

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.common.atomic import atomic_write_json, atomic_write_text
+from envace.common.config import run_reward
 from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNUSABLE
 from envace.train.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
 
@@ -121,9 +122,10 @@ def build_env(
     """The driver's environment (Ray workers inherit it).
 
     ``VERL_USE_EXTERNAL_MODULES`` gains ``envace.train.verl_ext.register`` (and, on the CPU platform, first
-    ``envace.train.verl_ext.cpu.platform``); with ``cfg``/``run``: ``ENVACE_REWARD`` from ``training.reward``,
-    ``ENVACE_REWARD_RULES`` from ``training.reward_rules`` (:func:`envace.core.reward.reward_rules_env`)
-    and, for a CPU run (``gpus_per_node: 0``), :func:`envace.train.verl_ext.cpu.cpu_env`.
+    ``envace.train.verl_ext.cpu.platform``); with ``cfg``/``run``: ``ENVACE_REWARD``
+    (:func:`envace.common.config.run_reward`), ``ENVACE_REWARD_RULES`` from ``training.reward_rules``
+    (:func:`envace.core.reward.reward_rules_env`) and, for a CPU run (``gpus_per_node: 0``),
+    :func:`envace.train.verl_ext.cpu.cpu_env`.
     """
     env = dict(os.environ if base is None else base)
     cpu = cfg is not None and run is not None and int(cfg["training"]["runs"][run]["gpus_per_node"]) == 0
@@ -134,7 +136,7 @@ def build_env(
     if cfg is not None:
         from envace.core.reward import reward_rules_env
 
-        env["ENVACE_REWARD"] = str(cfg["training"].get("reward", "checklist"))
+        env["ENVACE_REWARD"] = run_reward(cfg, run)
         env.update(reward_rules_env(cfg))  # training.reward_rules for the reward workers
     if cpu:
         from envace.train.verl_ext.cpu import cpu_env
@@ -213,7 +215,7 @@ def service_models(cfg: Mapping[str, Any], run: str) -> dict[str, str]:
         if not spec.get("simulator"):
             raise ValueError(f"training.runs.{run}.simulator is required for algorithm grpo")
         out["simulator"] = str(spec["simulator"])
-    if cfg["training"].get("reward", "checklist") == "checklist":
+    if run_reward(cfg, run) == "checklist":
         out["judge"] = str(cfg["training"]["judge"]["model"])
     return out
 

@@ -156,19 +156,21 @@ def first_rows(extra_fields: Any, tags: Any) -> Iterator[Any]:
 def judge_failure_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
     """Per step, from the rows' ``extra_fields["reward_extra_info"]`` (set by the agent loop from
     :func:`envace.train.reward_fn.compute_score`, copied by verl to every row of a trajectory): counted once
-    per
-    trajectory, on its first row (``envace_row == 0``). Returns ``envace/judge/failures`` (failed
-    verdicts), ``envace/judge/failed_trajectories``, ``envace/judge/dropped`` and
-    ``envace/judge/failed_share`` (failed trajectories / trajectories; 0 when no judge ran)."""
-    failures = failed = dropped = trajectories = 0
+    per trajectory, on its first row (``envace_row == 0``). Returns ``envace/judge/verdicts`` (the verdicts
+    the checklist reward asked the judge for), ``envace/judge/failures`` (failed verdicts),
+    ``envace/judge/failed_trajectories``, ``envace/judge/dropped`` and ``envace/judge/failed_share``
+    (failed trajectories / trajectories; 0 when no judge ran)."""
+    failures = failed = dropped = trajectories = verdicts = 0
     for extra in first_rows(extra_fields, tags):
         info = extra_field(extra, "reward_extra_info") or {}
         trajectories += 1
         n = int(float(info.get("judge_failures", 0) or 0)) if hasattr(info, "get") else 0
+        verdicts += int(float(info.get("judge_verdicts", 0) or 0)) if hasattr(info, "get") else 0
         failures += n
         failed += n > 0
         dropped += bool(info.get("dropped", False)) if hasattr(info, "get") else 0
     return {
+        "envace/judge/verdicts": float(verdicts),
         "envace/judge/failures": float(failures),
         "envace/judge/failed_trajectories": float(failed),
         "envace/judge/dropped": float(dropped),

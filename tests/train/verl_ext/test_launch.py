@@ -235,8 +235,8 @@ def test_judge_failures_counted_once_per_trajectory_and_stop_the_run():
     envace_row 0; padding ignored. A dead judge (every verdict failed) stops the step."""
     from envace.train.verl_ext.trainer import JudgeFailureError, check_judge_failures, judge_failure_stats
 
-    ok = {"judge_failures": 0, "dropped": False}
-    dead = {"judge_failures": 3, "dropped": False}
+    ok = {"judge_failures": 0, "judge_verdicts": 4, "dropped": False}
+    dead = {"judge_failures": 3, "judge_verdicts": 3, "dropped": False}
     extra = [
         {"envace_row": 0, "reward_extra_info": dead}, {"envace_row": 1, "reward_extra_info": dead},
         {"envace_row": 0, "reward_extra_info": ok}, {"envace_row": 1, "reward_extra_info": ok},
@@ -245,7 +245,7 @@ def test_judge_failures_counted_once_per_trajectory_and_stop_the_run():
     tags = [{}, {}, {}, {}, {"is_padding": True}]
     stats = judge_failure_stats(extra, tags)
     assert stats["envace/judge/failures"] == 3 and stats["envace/judge/failed_trajectories"] == 1
-    assert stats["envace/judge/failed_share"] == 0.5
+    assert stats["envace/judge/failed_share"] == 0.5 and stats["envace/judge/verdicts"] == 7
     check_judge_failures(stats, 0.5, step=1)  # at the limit: goes on
     with pytest.raises(JudgeFailureError, match=r"step 2: 50% .* envace\.max_judge_failure_share=0\.25"):
         check_judge_failures(stats, 0.25, step=2)
