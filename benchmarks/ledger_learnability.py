@@ -1,4 +1,4 @@
-"""Can the tiny smoke model learn the ledger by SFT on CPU, and how fast? (issue 15, measurement).
+"""Can the tiny smoke model learn the ledger by SFT on CPU, and how fast? (measurement).
 
 Warm-starts the tiny model (``envace.serve.tiny_model``, in-process) with ``envace.train.warmstart.sft`` in
 mini-batches on the reference records of the ledger's train split, and at the given steps evaluates

@@ -1,4 +1,4 @@
-"""Does K steps of verl training raise the ledger's held-out success? (issue 15, measurement).
+"""Does K steps of verl training raise the ledger's held-out success? (measurement).
 
 The learning test's experiment, by hand: from a warm-started model (``--base``, e.g. saved by
 ``benchmarks/ledger_learnability.py --save``), train one EnvACE run with the real path (``envace

@@ -229,8 +229,8 @@ def _serving_key(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"serving": serving["vllm"]} if serving and "vllm" in serving else {}
 
 
-#: ``training.runs.<run>.episode`` keys a run may leave out: the authors' rules where they have one
-#: (issue 12), else ours. A run's spec hash (:func:`training_key`) holds its episode rules with these
+#: ``training.runs.<run>.episode`` keys a run may leave out: the authors' rules where they have one,
+#: else ours. A run's spec hash (:func:`training_key`) holds its episode rules with these
 #: filled in, so a change here re-runs the runs that rely on it.
 EPISODE_DEFAULTS: dict[str, Any] = {
     "terminate_on_rehearsal_error": True,

@@ -175,7 +175,7 @@ class RewardRules:
 
     @classmethod
     def ours(cls) -> RewardRules:
-        """The rules of this harness before issue 12 (every switch at its old value)."""
+        """The rules of this harness before it took the authors' (every switch at its old value)."""
         return cls(judge_terminated=True, zero_turn_on="any_error", auto_false_on_error_tool_call=False,
                    parameters_key=False, turn_normaliser="reached_turns", empty_response_penalty="episode",
                    judge_prompt="checklist_judge_v1", stop_on_required_failed=False)

@@ -155,7 +155,7 @@ _CORPUS = [
 #: The ledger benchmark's vocabulary (envace/bench/ledger.py: its account pool, tool names and phrasing), so
 #: that an account name is one token, the same in a question and in a call's JSON (both quote it): a
 #: name split into pieces that differ between the two (' a|li|ce' vs '"al|i|ce') kept the 2-layer model
-#: from learning to copy it (issue 15). tests/serve/test_tiny_model.py checks it against the benchmark.
+#: from learning to copy it. tests/serve/test_tiny_model.py checks it against the benchmark.
 _LEDGER_CORPUS = [
     "alice bob carol dave erin frank grace heidi ivan judy mallory oscar",
     '"alice" "bob" "carol" "dave" "erin" "frank" "grace" "heidi" "ivan" "judy" "mallory" "oscar"',

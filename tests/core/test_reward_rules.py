@@ -1,4 +1,4 @@
-"""The reward rules of ``training.reward_rules`` (issue 12): the authors' behaviour by default, each switch's
+"""The reward rules of ``training.reward_rules``: the authors' behaviour by default, each switch's
 old value reproducing our earlier rule. Hand-computed, with a fake judge (no server)."""
 
 from __future__ import annotations

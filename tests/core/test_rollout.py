@@ -300,7 +300,7 @@ def test_incremental_context_equals_full_render(tokenizer, turns) -> None:
     assert ctx.ids == full
 
 
-# ---------------------------------------------------------------- issue 12: the authors' episode rules
+# ---------------------------------------------------------------- the authors' episode rules
 ERROR_REPLY = '<execution_result>{"error": "INVALID_PARAMETERS", "message": "m"}</execution_result>'
 
 

@@ -1,4 +1,4 @@
-"""The learning test (issue 15): verl training of the EnvACE run raises the ledger's held-out success.
+"""The learning test: verl training of the EnvACE run raises the ledger's held-out success.
 
 Settings from ``config/smoke_ledger.yaml`` (the ledger smoke DAG's overlay; one source, so this test and
 ``make smoke-ledger`` train the same way): the warm start is its ``tiny_model.warmstart`` curriculum on the

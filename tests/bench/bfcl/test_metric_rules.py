@@ -1,4 +1,4 @@
-"""Metric rules that follow the paper / the pinned benchmark package (issue 12).
+"""Metric rules that follow the paper / the pinned benchmark package.
 
 * FinMCP TF1: the paper's TF1 is the F1 of aggregated (micro) precision and recall; macro beside it.
 * BFCL-v4 groups and Overall: computed as the pinned bfcl-eval's own leaderboard code computes them,
