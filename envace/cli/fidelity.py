@@ -220,7 +220,7 @@ def fidelity(cfg: dict[str, Any], results: list[str], label: str, out: Path, *, 
         )
         return 0
     if checkpoint_dir:
-        from envace.cli.eval import resolve_checkpoint
+        from envace.serve.checkpoints import resolve_checkpoint
 
         model_path = str(resolve_checkpoint(checkpoint_dir, None))
     from envace.serve.vllm_server import check_model_path
