@@ -15,7 +15,6 @@ localrules:
     report_html,
 
 
-
 rule summary:
     """Avg@k with a two-level bootstrap interval for one (model, benchmark)."""
     input:
