@@ -29,7 +29,8 @@ Reads the config, the rule logs (``<results>/logs/train/<run>.log``), verl's met
 (``<checkpoints>/<run>/metrics.jsonl``) and the diff. Exit 1 with the reasons if a check fails.
 
 Usage: ``python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke [CONFIG ...]``
-(several config files merge in order, as Snakemake's ``--configfile``; default ``config/smoke.yaml``)
+(several config files merge in order, as Snakemake's ``--configfile``; default ``make smoke``'s
+``config/smoke.yaml config/smoke_ledger.yaml``)
 """
 
 from __future__ import annotations
@@ -39,14 +40,12 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
-from snakemake.utils import update_config
-
-from envace.common.config import evaluation_pairs, figure5_models, run_reward
+from envace.common.config import evaluation_pairs, figure5_models, merge_config_files, run_reward
 
 STEP = re.compile(r"step:(\d+) - ")
 CORR = "envace/rollout_actor_corr/"
-SMOKE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "smoke.yaml"
+SMOKE_CONFIGS = [Path(__file__).resolve().parents[1] / "config" / name
+                 for name in ("smoke.yaml", "smoke_ledger.yaml")]
 MIN_AGREEMENT = 0.99  # a synced policy measures ~0.9997 on CPU; unsynced REHEARSE weights measured 0.002
 
 
@@ -206,9 +205,8 @@ def check_learning(diff_file: Path, spec: dict | None) -> list[str]:
 def trained_runs(cfg: dict) -> dict:
     """The runs the DAG trains: those of the trained models it evaluates (``evaluation_pairs``: Tables 1-2,
     Figure 5), the TTS actor and rehearsers, Figures 3-4 and the fidelity table use, and the Figure 5
-    checkpoint run. A run configured but used nowhere (the ledger overlay keeps smoke.yaml's
-    ``grpo_1p7b`` but leaves it out of every table and figure) is not trained. Each spec carries the
-    run's effective ``reward`` (:func:`envace.common.config.run_reward`)."""
+    checkpoint run. A run configured but used nowhere (in no table or figure) is not trained. Each spec
+    carries the run's effective ``reward`` (:func:`envace.common.config.run_reward`)."""
     report = cfg["report"]
     used = {m for m, _ in evaluation_pairs(cfg)} | {cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()}
     used |= {*report["fig3"].values(), *(m for sizes in report["fig4"].values() for m in sizes.values())}
@@ -219,17 +217,9 @@ def trained_runs(cfg: dict) -> dict:
             if run in runs}
 
 
-def merged(configs: list[Path]) -> dict:
-    """The config files merged in order by Snakemake's own ``update_config`` (its ``--configfile`` rule)."""
-    cfg: dict = {}
-    for path in configs:
-        update_config(cfg, yaml.safe_load(path.read_text()))
-    return cfg
-
-
 def main() -> int:
     results, checkpoints = (Path(a) for a in sys.argv[1:3])
-    cfg = merged([Path(a) for a in sys.argv[3:]] or [SMOKE_CONFIG])
+    cfg = merge_config_files([Path(a) for a in sys.argv[3:]] or SMOKE_CONFIGS)
     problems = check(results, checkpoints, trained_runs(cfg))
     problems += check_checkpoint_evals(results, cfg)
     problems += check_learning(results / "paper_diff.json", cfg.get("report", {}).get("learning"))

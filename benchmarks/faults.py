@@ -29,9 +29,10 @@ job that needed a retry without a fault is a finding, not noise). What every run
 
 Usage (``.ci/run``)::
 
-    python benchmarks/faults.py inject results/smoke checkpoints/smoke config/smoke.yaml &
+    CONFIGS="config/smoke.yaml config/smoke_ledger.yaml"   # make smoke's
+    python benchmarks/faults.py inject results/smoke checkpoints/smoke $CONFIGS &
     make smoke-slurm
-    python benchmarks/faults.py check results/smoke checkpoints/smoke config/smoke.yaml
+    python benchmarks/faults.py check results/smoke checkpoints/smoke $CONFIGS
 """
 
 from __future__ import annotations
@@ -48,24 +49,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-from snakemake.utils import update_config
-
 from envace.common.atomic import atomic_write_json
+from envace.common.config import merge_config_files
 from envace.train.verl_ext.launch import last_step
 
 POLL_S = 0.2
 DIED = "died (its process exited with code -9)"
 RESUME_HINT = "rerun the same command to resume"
 FIRST_ATTEMPT_S = 120  # how long a killed evaluation may take to fail
-
-
-def merged(configs: list[Path]) -> dict[str, Any]:
-    """The config files merged in order by Snakemake's own ``update_config`` (``--configfile``)."""
-    cfg: dict[str, Any] = {}
-    for path in configs:
-        update_config(cfg, yaml.safe_load(path.read_text()))
-    return cfg
 
 
 def per_role_run(cfg: dict[str, Any]) -> str:
@@ -211,7 +202,7 @@ def first_attempt(ev: dict[str, Any]) -> str:
 
 
 def inject(args: argparse.Namespace) -> int:
-    cfg = merged(args.configs)
+    cfg = merge_config_files(args.configs)
     run = per_role_run(cfg)
     spec, ckpt = cfg["training"]["runs"][run], args.checkpoints / run
     record: dict[str, Any] = {"training": None, "evaluation": None, "missed_evaluations": []}
@@ -307,7 +298,7 @@ def check_evaluation(record: dict[str, Any]) -> list[str]:
 
 
 def check(args: argparse.Namespace) -> int:
-    cfg = merged(args.configs)
+    cfg = merge_config_files(args.configs)
     path = args.results / "faults.json"
     if not path.is_file():
         print(f"FAIL: no {path}: the faults were not injected", file=sys.stderr)

@@ -104,7 +104,7 @@ def test_one_job_plan_serves_each_weight_folder_once(repo_root):
     plan = json.loads((repo_root / "results/smoke/specs/eval_plan.json").read_text())
     folders = [json.dumps([i.get("model_path"), i.get("checkpoint_dir"), i.get("step")]) for i in plan]
     runs = [f for i, f in enumerate(folders) if i == 0 or folders[i - 1] != f]
-    assert len(runs) == len(set(runs)) == 7  # the tiny model, 5 trained runs, Figure 5's step 5
+    assert len(runs) == len(set(runs)) == 8  # the tiny model, 6 trained runs, Figure 5's step 5
     assert sum("tts_setting" in i for i in plan) == 1
     assert sum("fidelity_results" in i for i in plan) == 4  # (qwen3_8b, envace_8b) x (bfcl_v4, ledger)
     envace = [i for i in plan if i["model"] == "envace_8b"]
@@ -114,16 +114,16 @@ def test_one_job_plan_serves_each_weight_folder_once(repo_root):
 
 
 def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root):
-    """`make smoke-ledger`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's
-    records before the tiny model, five runs (EnvACE at three seeds, GRPO, per-role; grpo_1p7b is not
-    trained) and the evaluation job (each Table 1 model, Table 2's two other models and the checkpoint
+    """`make smoke`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's records
+    before the tiny model, six runs (EnvACE at three seeds, GRPO with each reward, per-role) and the
+    evaluation job (each Table 1 model, Table 2's two other models and the checkpoint
     also on the ledger, every TTS setting on it too, fidelity on BFCL-v4 and the ledger)."""
     rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
                       "config/smoke_ledger.yaml")
     assert rc == 0, out
     counts = job_counts(out)
-    assert counts["ledger_records"] == 1 and counts["build_tiny_model"] == 1 and counts["train"] == 5
-    assert counts["evaluate_all"] == 1 and counts["summary"] == 25
+    assert counts["ledger_records"] == 1 and counts["build_tiny_model"] == 1 and counts["train"] == 6
+    assert counts["evaluate_all"] == 1 and counts["summary"] == 28
     assert "evaluate_ours" not in job_counts(dry_run(repo_root, "all", "--forceall")[1])
 
 

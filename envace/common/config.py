@@ -157,6 +157,17 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return complete_config(cfg, source=str(path))
 
 
+def merge_config_files(paths: list[str | Path]) -> dict[str, Any]:
+    """The config files merged in order as Snakemake's ``--configfile`` merges them (its own
+    ``update_config``: mappings key by key, any other value replaced), unvalidated."""
+    from snakemake.utils import update_config  # snakemake's import is slow: only where it is needed
+
+    cfg: dict[str, Any] = {}
+    for path in paths:
+        update_config(cfg, yaml.safe_load(Path(path).read_text()))
+    return cfg
+
+
 def complete_config(cfg: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
     """Validate an already-parsed config (e.g. Snakemake's ``config``) and add derived keys."""
     cfg = copy.deepcopy(dict(cfg))

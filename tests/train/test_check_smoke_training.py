@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+from envace.common.config import merge_config_files
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("check_smoke_training",
                                                ROOT / "benchmarks" / "check_smoke_training.py")
@@ -165,7 +167,7 @@ def test_a_dag_without_an_update_or_with_an_unsynced_shared_policy_fails(tmp_pat
 
 
 def test_checkpoint_evaluations_serve_the_checkpoint(tmp_path):
-    cfg = check_smoke_training.merged([ROOT / "config/smoke.yaml"])
+    cfg = merge_config_files([ROOT / "config/smoke.yaml"])
     results = tmp_path / "results"
     problems = check_smoke_training.check_checkpoint_evals(results, cfg)
     folder = results / "eval" / "envace_8b-step0002"
@@ -209,7 +211,7 @@ def test_learning_check_wants_every_listed_model_to_rise(tmp_path):
 
 
 def test_config_files_merge_as_snakemake_merges_them():
-    cfg = check_smoke_training.merged([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
+    cfg = merge_config_files([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
     runs = cfg["training"]["runs"]
     assert runs["envace_8b"]["total_steps"] == 15 and runs["envace_8b"]["roles"] == "shared"  # merged keys
     assert runs["per_role_8b"]["roles"] == "per_role" and runs["envace_8b_seed2"]["seed"] == 2
@@ -218,10 +220,15 @@ def test_config_files_merge_as_snakemake_merges_them():
 
 
 def test_trained_runs_are_the_runs_the_tables_and_figures_name():
-    smoke = check_smoke_training.merged([ROOT / "config/smoke.yaml"])
+    smoke = merge_config_files([ROOT / "config/smoke.yaml"])
     assert sorted(check_smoke_training.trained_runs(smoke)) == [
         "envace_1p7b", "envace_8b", "grpo_1p7b", "grpo_8b", "per_role_8b"]
-    ledger = check_smoke_training.merged([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
-    assert "grpo_1p7b" in ledger["training"]["runs"]  # kept by the merge, named by no table or figure
+    ledger = merge_config_files([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
     assert sorted(check_smoke_training.trained_runs(ledger)) == [
-        "envace_1p7b", "envace_8b", "envace_8b_seed2", "grpo_8b", "per_role_8b"]
+        "envace_1p7b", "envace_8b", "envace_8b_seed2", "grpo_1p7b", "grpo_8b", "per_role_8b"]
+    assert check_smoke_training.trained_runs(ledger)["grpo_1p7b"]["reward"] == "checklist"
+    assert check_smoke_training.trained_runs(ledger)["grpo_8b"]["reward"] == "reference_grounded"
+    ledger["report"]["fig4"]["grpo"]["1.7B"] = "grpo_8b"
+    ledger["evaluation"]["table1"]["models"].remove("grpo_1p7b")
+    assert "grpo_1p7b" in ledger["training"]["runs"]  # configured, named by no table or figure: not trained
+    assert "grpo_1p7b" not in check_smoke_training.trained_runs(ledger)

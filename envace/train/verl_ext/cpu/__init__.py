@@ -88,13 +88,17 @@ def cpu_env(n_fake_gpus: int = 1, kv_cache_gib: int = 1) -> dict[str, str]:
     """Environment of a verl driver on the CPU platform (merged into the driver's by the launcher).
 
     ``VLLM_CPU_KVCACHE_SPACE``: vLLM's CPU KV cache in GiB (its default, 4 per engine, would not fit two
-    engines next to two FSDP workers on a small machine).
+    engines next to two FSDP workers on a small machine). ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: lets the
+    rollout engine keep the uniprocess executor that ``config/_cpu_overrides.yaml`` asks for (vLLM's CPU
+    platform switches it back to a worker process otherwise, ``vllm/platforms/cpu.py``); the engine core
+    stays a process of its own behind verl's async server either way.
     """
     return {
         "VERL_PLATFORM": "cpu",
         "VERL_ENGINE_DEVICE": "cuda",  # verl registers its FSDP engine for cuda/npu only (engine/base.py:405)
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_CPU_KVCACHE_SPACE": str(int(kv_cache_gib)),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "ENVACE_CPU_FAKE_GPUS": str(int(n_fake_gpus)),
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
