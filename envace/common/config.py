@@ -158,13 +158,22 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 
 def merge_config_files(paths: list[str | Path]) -> dict[str, Any]:
-    """The config files merged in order as Snakemake's ``--configfile`` merges them (its own
-    ``update_config``: mappings key by key, any other value replaced), unvalidated."""
-    from snakemake.utils import update_config  # snakemake's import is slow: only where it is needed
+    """The config files merged in order as Snakemake's ``--configfile`` merges them, unvalidated: a
+    mapping merges key by key, any other value (a list too) replaces. Mirrors ``snakemake.utils.
+    update_config`` (this layer imports no framework; tests/common/test_config.py compares the two on the
+    smoke configs)."""
+    def merge(into: dict[str, Any], new: Mapping[str, Any]) -> None:
+        for key, value in new.items():
+            if isinstance(value, Mapping):
+                if not isinstance(into.get(key), dict):
+                    into[key] = {}
+                merge(into[key], value)
+            else:
+                into[key] = value
 
     cfg: dict[str, Any] = {}
     for path in paths:
-        update_config(cfg, yaml.safe_load(Path(path).read_text()))
+        merge(cfg, yaml.safe_load(Path(path).read_text()) or {})
     return cfg
 
 

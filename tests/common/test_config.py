@@ -142,3 +142,23 @@ def test_figure5_last_step_is_the_final_model(paper):
     longer = copy.deepcopy(paper)
     longer["training"]["runs"]["envace_8b"]["total_steps"] = 500
     assert figure5_models(longer)[470] == "envace_8b-step0470"
+
+
+def test_config_files_merge_as_snakemakes_configfile(repo_root, tmp_path):
+    """merge_config_files == Snakemake's own update_config over the same files (make smoke's pair, and
+    a list and a nested mapping replacing / merging into what the first file has)."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from envace.common.config import merge_config_files
+
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("evaluation: {table1: {models: [qwen3_8b]}, sampling: {max_tokens: 7}}\nnew_key: 1\n")
+    files = [repo_root / "config/smoke.yaml", repo_root / "config/smoke_ledger.yaml", extra]
+    expected: dict = {}
+    for path in files:
+        update_config(expected, yaml.safe_load(path.read_text()))
+    got = merge_config_files(files)
+    assert got == expected
+    assert got["evaluation"]["table1"]["models"] == ["qwen3_8b"]
+    assert got["evaluation"]["sampling"]["max_tokens"] == 7 and got["evaluation"]["sampling"]["top_p"] == 0.95
