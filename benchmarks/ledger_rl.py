@@ -50,6 +50,9 @@ def write_config(args: argparse.Namespace, out: Path) -> Path:
                val_every=10**6, prompts_per_step=args.prompts, rollouts_per_prompt=args.rollouts,
                seed=args.seed)
     run["episode"] = {**run["episode"], "advantage_sign": args.sign}
+    if args.max_tokens is not None:
+        run["max_response_tokens"] = args.max_tokens
+        run["episode"]["rehearse_max_tokens"] = args.max_tokens
     path = out / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -107,6 +110,9 @@ def main() -> None:
     ap.add_argument("--reward", choices=["reference_match", "reference_outcome", "reference_grounded"],
                     default="reference_grounded",
                     help="training.reward")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="cap of every training generation, ACT turn and REHEARSE reply (default: "
+                         "smoke.yaml's max_response_tokens / episode.rehearse_max_tokens)")
     ap.add_argument("--n-train", type=int, default=512, help="ledger train tasks (training records)")
     ap.add_argument("--n-test", type=int, default=128, help="ledger test tasks (held out)")
     ap.add_argument("--show-balances", action="store_true",

