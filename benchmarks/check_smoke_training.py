@@ -18,7 +18,9 @@ exactly once (a resumed run must not log a step twice nor skip one); the done-fi
 ``total_steps`` and records verl's version; the last checkpoint is ``total_steps`` with HF weights
 (``actor/huggingface/*.safetensors``), and a per-role run updated both policies at every step and
 checkpointed both at every saved step; every trained policy's rollout-vs-actor agreement (a shared run's
-on all its rows) is at least ``MIN_AGREEMENT`` at every step; a standard-GRPO run has no REHEARSE row and
+on all its rows) is at least ``MIN_AGREEMENT`` at every step (where the correlation is undefined, for a
+policy deterministic on every sampled token, the mean probability difference is at most
+``MAX_UNDEFINED_DIFF``); a standard-GRPO run has no REHEARSE row and
 got its observations from a simulator that ``envace train`` served with ``vllm serve``; a run trained with
 the checklist reward (the paper's; ``reward`` of the run or ``training.reward``) logged judge verdicts
 (``envace/judge/verdicts``), more than failed ones, and prints them with the failures. Of the DAG: some
@@ -44,9 +46,37 @@ from envace.common.config import evaluation_pairs, figure5_models, merge_config_
 
 STEP = re.compile(r"step:(\d+) - ")
 CORR = "envace/rollout_actor_corr/"
+DIFF = "envace/rollout_actor_prob_diff/"
 SMOKE_CONFIGS = [Path(__file__).resolve().parents[1] / "config" / name
                  for name in ("smoke.yaml", "smoke_ledger.yaml")]
 MIN_AGREEMENT = 0.99  # a synced policy measures ~0.9997 on CPU; unsynced REHEARSE weights measured 0.002
+MAX_UNDEFINED_DIFF = 0.01  # mean |p_rollout - p_actor| of a synced policy on CPU: 0.001-0.003
+
+
+def agreement(rows: list[dict], policy: str) -> dict[str, float]:
+    """A policy's agreement over a run's steps: ``low``, the lowest defined correlation (inf if none);
+    ``undefined``, steps whose correlation was undefined (NaN) and whose probabilities agreed; ``failed``,
+    steps below ``MIN_AGREEMENT`` or undefined with a larger difference; ``missing``, steps without it."""
+    out = {"low": float("inf"), "undefined": 0, "failed": 0, "missing": 0}
+    for r in rows:
+        if CORR + policy not in r:
+            out["missing"] += 1
+            continue
+        corr, diff = float(r[CORR + policy]), float(r.get(DIFF + policy, "nan"))
+        if corr != corr:  # NaN
+            out["undefined" if diff <= MAX_UNDEFINED_DIFF else "failed"] += 1
+            continue
+        out["low"] = min(out["low"], corr)
+        out["failed"] += corr < MIN_AGREEMENT
+    return out
+
+
+def _agreement_text(a: dict[str, float]) -> str:
+    parts = [f"{a['low']:.4f}" if a["low"] < float("inf") else "no defined value"]
+    if a["undefined"]:
+        parts.append(f"{a['undefined']} steps undefined, probabilities within {MAX_UNDEFINED_DIFF}")
+    parts += [f"{a[k]} steps {k}" for k in ("failed", "missing") if a[k]]
+    return parts[0] + (f" ({'; '.join(parts[1:])})" if parts[1:] else "")
 
 
 def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
@@ -71,24 +101,22 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
         any_batch_spread |= spread > 0
         ends = {k.removeprefix("envace/termination/"): sum(float(r.get(k, 0)) for r in rows) / len(rows)
                 for k in sorted({k for r in rows for k in r if k.startswith("envace/termination/")})}
-        # a policy's lowest agreement over the steps; -inf where some step did not log it
-        corr = {k.removeprefix(CORR): min(float(r.get(k, "-inf")) for r in rows)
+        corr = {k.removeprefix(CORR): agreement(rows, k.removeprefix(CORR))
                 for k in sorted({k for r in rows for k in r if k.startswith(CORR)})}
         print(f"{run}: verl step lines {steps or 'none'}; rows ACT {act:.0f} REHEARSE {rehearse:.0f}; "
               f"largest in-batch reward spread {spread:.3f}; rewards {worst:.3f} to {best:.3f}; episode ends "
               + (", ".join(f"{k} {v:.0%}" for k, v in ends.items()) or "not logged")
               + "; lowest rollout-vs-actor agreement "
-              + (", ".join(f"{k} {v:.4f}" if v > float("-inf") else f"{k} missing at some step"
-                           for k, v in corr.items()) or "not logged"))
+              + (", ".join(f"{k} {_agreement_text(v)}" for k, v in corr.items()) or "not logged"))
         # the trained policies: a per-role run's two; a shared run's one, on all its rows ("shared"; its
         # per-role subsets, "shared/act" and "shared/rehearse", are printed: a step may have no row of one)
         policies = ("act", "rehearse") if runs_cfg.get(run, {}).get("roles") == "per_role" else ("shared",)
         for policy in policies:
-            low = corr.get(policy, float("-inf"))
-            if low < MIN_AGREEMENT:
-                seen = "not logged" if low == float("-inf") else f"{low:.4f}"
-                problems.append(f"{run}: {policy} policy's rollout-vs-actor agreement {seen} at some "
-                                f"step (want >= {MIN_AGREEMENT} at every step)")
+            a = corr.get(policy)
+            if a is None or a["failed"] or a["missing"]:
+                seen = _agreement_text(a) if a else "not logged"
+                problems.append(f"{run}: {policy} policy's rollout-vs-actor agreement {seen} "
+                                f"(want >= {MIN_AGREEMENT} at every step)")
         any_update |= any(_updated(r) for r in rows)
         if run in runs_cfg:
             problems += check_outputs(results, checkpoints, run, runs_cfg[run],

@@ -73,8 +73,23 @@ def test_per_role_agreement_missing_at_one_step_or_low_fails(tmp_path):
     _write(tmp_path, "per_role_8b", rows)
     problems = _check(tmp_path)
     assert len(problems) == 2 and all(p.startswith("per_role_8b: ") for p in problems), problems
-    assert "act policy's rollout-vs-actor agreement 0.9700" in problems[0], problems
-    assert "rehearse policy's rollout-vs-actor agreement not logged" in problems[1], problems
+    assert "act policy's rollout-vs-actor agreement 0.9700 (1 steps failed)" in problems[0], problems
+    assert "rehearse policy's rollout-vs-actor agreement 0.9996 (1 steps missing)" in problems[1], problems
+
+
+def test_an_undefined_agreement_is_decided_by_the_probabilities(tmp_path):
+    """A collapsed policy (constant token probabilities) logs a NaN correlation: the step agrees when the
+    mean probability difference is small, and fails when it is not (or was not logged)."""
+    rows = [_row(n, **{"envace/rollout_actor_corr/shared": 0.999}) for n in (1, 2, 3)]
+    rows[1]["data"].update({"envace/rollout_actor_corr/shared": float("nan"),
+                            "envace/rollout_actor_prob_diff/shared": 0.002})
+    _write(tmp_path, "envace_8b", rows)
+    _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
+    assert _check(tmp_path) == []
+    rows[1]["data"]["envace/rollout_actor_prob_diff/shared"] = 0.2
+    _write(tmp_path, "envace_8b", rows)
+    assert _check(tmp_path) == ["envace_8b: shared policy's rollout-vs-actor agreement 0.9990 (1 steps "
+                                "failed) (want >= 0.99 at every step)"]
 
 
 def test_equal_rewards_missing_run_and_no_rehearse_rows_fail(tmp_path):
@@ -161,8 +176,8 @@ def test_a_dag_without_an_update_or_with_an_unsynced_shared_policy_fails(tmp_pat
         row["data"]["actor/grad_norm"] = 0.0
     _write(tmp_path, "per_role_8b", rows)
     assert _check(tmp_path) == [
-        "envace_8b: shared policy's rollout-vs-actor agreement 0.5000 at some step (want >= 0.99 at every "
-        "step)",
+        "envace_8b: shared policy's rollout-vs-actor agreement 0.5000 (3 steps failed) (want >= 0.99 at "
+        "every step)",
         "no step of any run had advantages of both signs and a non-zero actor/grad_norm"]
 
 

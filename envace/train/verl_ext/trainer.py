@@ -33,7 +33,10 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   in :mod:`envace.train.verl_ext.per_role_trainer`) is logged as ``envace/rollout_actor_corr/<name>`` and the
   run stops with :class:`RolloutAgreementError` when one is below ``envace.min_rollout_actor_corr``
   (``_envace_common.yaml``; 0 disables). Why: a rollout server that does not get its policy's weights
-  trains on garbage without a word (the per-role REHEARSE server did: correlation 0.002).
+  trains on garbage without a word (the per-role REHEARSE server did: correlation 0.002). A correlation
+  that is undefined (NaN: a policy deterministic on every sampled token, as a collapsing one becomes) is
+  decided by the mean probability difference instead (``envace.max_rollout_actor_prob_diff``, logged as
+  ``envace/rollout_actor_prob_diff/<name>``); counting NaN as low stopped a sign-flipped control run.
 
 - :meth:`EnvaceTrainer._apply_row_penalties`: a row's own reward term. verl's v1 worker copies a
   trajectory's reward to all its rows (``agent_loop_tq.py`` ``_agent_loop_postprocess``); the authors
@@ -79,6 +82,7 @@ __all__ = [
     "RolloutAgreementError",
     "check_judge_failures",
     "check_rollout_agreement",
+    "prob_diffs",
     "judge_failure_stats",
     "penalised_scores",
     "row_penalty_of",
@@ -93,24 +97,40 @@ ROLES = ("act", "rehearse")
 #: the rollout server sampled with and the ones the trained policy assigns to the same tokens.
 AGREEMENT_METRIC = "training/rollout_actor_probs_pearson_corr"
 _VALID_METRIC = "training/rollout_probs_diff_valid"  # 0: the batch had no response token to compare
-#: Used when ``envace.min_rollout_actor_corr`` is absent; the source is in _envace_common.yaml.
+#: verl's mean |p_rollout - p_actor| over the same response tokens (same function as above).
+DIFF_METRIC = "training/rollout_probs_diff_mean"
+#: Used when ``envace.min_rollout_actor_corr`` / ``envace.max_rollout_actor_prob_diff`` are absent; the
+#: sources are in _envace_common.yaml.
 DEFAULT_MIN_AGREEMENT = 0.8
+DEFAULT_MAX_PROB_DIFF = 0.05
 
 
 class RolloutAgreementError(RuntimeError):
     """A policy's rollout server does not serve that policy's weights (agreement below the floor)."""
 
 
+def prob_diffs(metrics: Mapping[str, Any], policies: Mapping[str, str]) -> dict[str, float]:
+    """Each measured policy's mean |p_rollout - p_actor| this step (``{policy: diff}``)."""
+    keys = {policy: key.replace(AGREEMENT_METRIC, DIFF_METRIC) for policy, key in policies.items()}
+    return {policy: float(metrics[key]) for policy, key in keys.items() if key in metrics}
+
+
 def check_rollout_agreement(
-    metrics: Mapping[str, Any], policies: Mapping[str, str], floor: float, step: int
+    metrics: Mapping[str, Any], policies: Mapping[str, str], floor: float, step: int,
+    max_prob_diff: float = DEFAULT_MAX_PROB_DIFF,
 ) -> dict[str, float]:
     """Each policy's agreement this step (``{policy: corr}``); :class:`RolloutAgreementError` below ``floor``.
 
     ``policies``: ``{policy name: metric key}``. A policy without the metric this step (no rows of its
-    role) or whose batch had no response token is not measured; NaN counts as below the floor.
+    role) or whose batch had no response token is not measured. A NaN correlation is undefined, not low:
+    one side's token probabilities are all equal (a policy that has become deterministic on every token it
+    sampled, e.g. one collapsing under a negated advantage; or a single response token). The probabilities
+    themselves then decide: the step agrees when their mean absolute difference (verl's
+    ``training/rollout_probs_diff_mean``) is at most ``max_prob_diff``; without it NaN fails.
     """
     out: dict[str, float] = {}
     bad = []
+    diffs = prob_diffs(metrics, policies)
     for policy, key in policies.items():
         if key not in metrics:
             continue
@@ -119,7 +139,12 @@ def check_rollout_agreement(
             continue
         value = float(metrics[key])
         out[policy] = value
-        if math.isnan(value) or value < floor:
+        if math.isnan(value):
+            diff = diffs.get(policy, math.nan)
+            if not diff <= max_prob_diff:  # NaN diff fails too
+                bad.append(f"{policy}: {key} undefined (constant token probabilities) and mean |p_rollout - "
+                           f"p_actor| = {diff:.4g} > envace.max_rollout_actor_prob_diff={max_prob_diff}")
+        elif value < floor:
             bad.append(f"{policy}: {key} = {value:.4g}")
     if bad:
         raise RolloutAgreementError(
@@ -284,6 +309,7 @@ class EnvaceTrainer(PPOTrainerSync):
     def __init__(self, config: Any) -> None:
         envace = config.get("envace", None) or {}
         self.min_agreement = float(envace.get("min_rollout_actor_corr", DEFAULT_MIN_AGREEMENT))
+        self.max_prob_diff = float(envace.get("max_rollout_actor_prob_diff", DEFAULT_MAX_PROB_DIFF))
         if self.min_agreement > 0 and not config.actor_rollout_ref.rollout.get("calculate_log_probs", True):
             raise ValueError(
                 "envace.min_rollout_actor_corr needs actor_rollout_ref.rollout.calculate_log_probs=true "
@@ -332,10 +358,13 @@ class EnvaceTrainer(PPOTrainerSync):
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         """verl's step, then the agreement guard (before the checkpoint and the weight sync)."""
         batch = super().step(metrics, timing_raw)
+        policies = self._rollout_agreement_metrics()
         agreement = check_rollout_agreement(
-            metrics, self._rollout_agreement_metrics(), self.min_agreement, self.global_steps
+            metrics, policies, self.min_agreement, self.global_steps, self.max_prob_diff
         )
         metrics.update({f"envace/rollout_actor_corr/{p}": v for p, v in agreement.items()})
+        diffs = prob_diffs(metrics, policies)
+        metrics.update({f"envace/rollout_actor_prob_diff/{p}": diffs[p] for p in agreement if p in diffs})
         return batch
 
     def _row_roles(self, batch: Any, extra_fields: Any = None) -> list[str | None]:

@@ -28,7 +28,7 @@ from envace.train.verl_ext.per_role_trainer import (
     prefix_metrics,
     split_union,
 )
-from envace.train.verl_ext.trainer import RolloutAgreementError, check_rollout_agreement
+from envace.train.verl_ext.trainer import RolloutAgreementError, check_rollout_agreement, prob_diffs
 
 CFG = load_config("config/config.yaml")
 ROLES = ["act", "rehearse", "act", "rehearse", "act", None, "act"]
@@ -388,6 +388,16 @@ def test_agreement_guard_per_role(trainer):
         check_rollout_agreement({**ok, keys["rehearse"]: 0.002}, keys, 0.8, 2)
     with pytest.raises(RolloutAgreementError):
         check_rollout_agreement({**ok, keys["act"]: float("nan")}, keys, 0.8, 2)
+    # an undefined correlation (constant probabilities: a collapsed policy) is decided by the probabilities
+    diff = {k: keys[k].replace("rollout_actor_probs_pearson_corr", "rollout_probs_diff_mean") for k in keys}
+    collapsed = {**ok, keys["act"]: float("nan"), diff["act"]: 0.001}
+    assert check_rollout_agreement(collapsed, keys, 0.8, 3)["rehearse"] == 0.9997
+    assert prob_diffs(collapsed, keys) == {"act": 0.001}
+    with pytest.raises(RolloutAgreementError, match=r"act: .* undefined .* = 0.3 > "):
+        check_rollout_agreement({**collapsed, diff["act"]: 0.3}, keys, 0.8, 3)
+    with pytest.raises(RolloutAgreementError, match="undefined"):
+        check_rollout_agreement({**collapsed, diff["act"]: float("nan")}, keys, 0.8, 3)
+    assert check_rollout_agreement({**collapsed, diff["act"]: 0.3}, keys, 0.8, 3, max_prob_diff=0.5)
     # a role without rows this step, or without response tokens, is not measured
     assert check_rollout_agreement({keys["act"]: 0.99}, keys, 0.8, 1) == {"act": 0.99}
     no_tokens = {**ok, keys["rehearse"]: float("nan"), "rehearse/training/rollout_probs_diff_valid": 0}
