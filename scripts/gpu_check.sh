@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of the paper path, for the day a CUDA GPU is lent (one GPU, no download, < 8 min):
+#   0. the node against the GPU install: NVIDIA driver vs the torch build's CUDA (13: driver >= 580),
+#      verl/vLLM/torch/transformers versions; says what to do   (python -m envace.serve.gpu_stack)
 #   1. build + warm-start the tiny Qwen3-architecture model in-process      (envace tiny-model)
 #   2. the CM2 fixture records -> training parquet                         (envace data)
 #   3. two verl main_ppo steps of the EnvACE run on the GPU                (envace train --run envace_8b)
@@ -59,6 +61,9 @@ stage() {  # stage NAME LOG CMD...
     fi
 }
 
+if [ "$GPUS" = 1 ]; then
+    stage "node preflight (driver, CUDA build, versions)" "$WORK/preflight.log" "$PY" -m envace.serve.gpu_stack
+fi
 stage "tiny model (warm start)" "$WORK/tiny.log" "$ENVACE" tiny-model --out "$WORK/tiny" --config "$WORK/config.json"
 stage "training data" "$WORK/data.log" "$ENVACE" data --config "$WORK/config.json" \
     --out "$WORK/data/cm2_train.parquet" --summary "$WORK/data/summary.json"

@@ -49,13 +49,18 @@ def warm_tiny_model(tmp_path_factory) -> Path:
     return out
 
 
+#: markers whose tests run only when a ``-m`` expression names them
+OPT_IN = ("learning", "network")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The ledger learning test (``tests/learning``, marker ``learning``, ~60 min) runs only when a ``-m``
-    expression names it (``pytest -m learning tests/learning``): ``pytest`` (``make test``), ``-m slow``
-    and ``-m "not slow"`` leave it out."""
-    if "learning" in (config.getoption("markexpr") or ""):
-        return
-    kept = [item for item in items if "learning" not in item.keywords]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if "learning" in item.keywords])
-        items[:] = kept
+    """The ledger learning test (``tests/learning``, marker ``learning``, ~60 min) and the tests that
+    resolve installs on PyPI (marker ``network``, minutes) run only when a ``-m`` expression names their
+    marker (``pytest -m learning tests/learning``, ``pytest -m network``): ``pytest`` (``make test``),
+    ``-m slow`` and ``-m "not slow"`` leave them out."""
+    named = config.getoption("markexpr") or ""
+    skipped = [m for m in OPT_IN if m not in named]
+    dropped = [item for item in items if any(m in item.keywords for m in skipped)]
+    if dropped:
+        items[:] = [item for item in items if item not in dropped]
+        config.hook.pytest_deselected(items=dropped)
