@@ -211,22 +211,31 @@ def rollout_config_from(
     ``parameters_key`` from ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers'
     copy); the context limits from verl's ``rollout.prompt_length`` / ``response_length``; sampling
     (temperature, top_p) from verl's per-sample ``sampling_params`` (which already hold the validation
-    values when validating). Chat-template arguments: verl's ``data.apply_chat_template_kwargs``
-    (e.g. ``enable_thinking: false``), then ``envace.template_kwargs`` on top.
+    values when validating); an external simulator's replies (``external_simulator``) take
+    ``envace.simulator.temperature`` / ``.top_p`` over them where set. Chat-template arguments: verl's
+    ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``), then ``envace.template_kwargs``
+    on top.
     """
     sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
+    mode = Mode(envace_cfg.get("mode", "rehearsal"))
+    if mode == Mode.EXTERNAL_SIMULATOR:  # its own sampling (training.runs.<run>.simulator_sampling)
+        simulator = envace_cfg.get("simulator") or {}
+        rehearse = {**sampling, **{k: float(simulator[k]) for k in ("temperature", "top_p")
+                                   if simulator.get(k) is not None}}
+    else:
+        rehearse = sampling
     response_length = int(rollout_cfg.response_length)
     budget = str(envace_cfg.get("context_budget", "per_generation"))
     if budget not in ("per_generation", "episode"):
         raise ValueError(f"envace.context_budget must be per_generation or episode, got {budget!r}")
     return RolloutConfig(
-        mode=Mode(envace_cfg.get("mode", "rehearsal")),
+        mode=mode,
         max_turns=int(envace_cfg.get("max_turns", 30)),
         max_prompt_tokens=int(rollout_cfg.prompt_length),
         max_response_tokens=response_length,
         max_rehearse_context_tokens=int(rollout_cfg.prompt_length) + response_length,
         act_sampling={**sampling, "max_tokens": response_length},
-        rehearse_sampling={**sampling, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
+        rehearse_sampling={**rehearse, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
         precheck=envace_cfg.get("precheck", "none"),
         terminate_on_rehearsal_malformed=bool(envace_cfg.get("terminate_on_rehearsal_malformed", True)),
         terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", True)),

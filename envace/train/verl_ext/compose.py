@@ -116,6 +116,8 @@ def run_overrides(
         o["actor_rollout_ref.rollout.seed"] = int(r["seed"])
     if r.get("algorithm") == "grpo":
         o["envace.simulator.model"] = r["simulator"]
+        for key, value in (r.get("simulator_sampling") or {}).items():  # the authors' caller-only values
+            o[f"envace.simulator.{key}"] = float(value)
     cpu = int(r["gpus_per_node"]) == 0
     if cpu:  # smoke scale: verl's CPU platform (envace.train.verl_ext.cpu), one fake Ray GPU per policy
         o["trainer.nnodes"] = 1

@@ -161,6 +161,25 @@ def test_rollout_settings_reach_the_loop_from_verl_config():
     assert cfg.act_sampling == {"temperature": 0.5, "max_tokens": 50}
 
 
+def test_the_external_simulator_samples_with_its_own_settings():
+    """training.runs.<run>.simulator_sampling (envace.simulator.temperature / .top_p) sets the GRPO
+    baseline's simulator replies only; ACT keeps verl's sampling, and a REHEARSE policy ignores it."""
+    from types import SimpleNamespace
+
+    from envace.train.verl_ext.agent_loop import rollout_config_from
+
+    rollout = SimpleNamespace(prompt_length=100, response_length=50)
+    section = {"mode": "external_simulator", "rehearse_max_tokens": 40,
+               "simulator": {"model": "m", "temperature": 0.6, "top_p": 0.8}}
+    cfg = rollout_config_from(section, rollout, {"temperature": 1.0, "top_p": 1.0})
+    assert cfg.rehearse_sampling == {"temperature": 0.6, "top_p": 0.8, "max_tokens": 40}
+    assert cfg.act_sampling == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 50}
+    unset = rollout_config_from({**section, "simulator": {"model": "m"}}, rollout, {"temperature": 1.0})
+    assert unset.rehearse_sampling == {"temperature": 1.0, "max_tokens": 40}
+    shared = rollout_config_from({**section, "mode": "rehearsal"}, rollout, {"temperature": 1.0})
+    assert shared.rehearse_sampling == {"temperature": 1.0, "max_tokens": 40}
+
+
 def test_parameters_key_rule_reaches_the_rollout_parser(monkeypatch):
     """training.reward_rules.parameters_key travels as ENVACE_REWARD_RULES (envace train sets it for
     the Ray workers) to the rollout's parser: a call keyed "parameters" parses, or is a parse error."""

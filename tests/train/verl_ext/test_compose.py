@@ -53,6 +53,8 @@ def test_paper_values(composed, run):
     assert a.clip_ratio_low == pytest.approx(0.2) and a.clip_ratio_high == pytest.approx(0.2)
     assert list(c.trainer.logger) == ["console", "file"] and c.trainer.val_before_train is False
     assert c.trainer.experiment_name == run
+    if run.startswith("grpo"):  # the caller-only script's simulator sampling
+        assert c.envace.simulator.temperature == pytest.approx(0.6) and c.envace.simulator.top_p == 0.8
     OmegaConf.to_container(c, resolve=True)  # every interpolation resolves
 
 
