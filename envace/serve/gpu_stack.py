@@ -20,11 +20,12 @@ measured, not assumed (docs/measurements.md, "transformers 5.9.0 vs 5.10.4").
 
 from __future__ import annotations
 
-import importlib.metadata
 import shutil
 import subprocess
 import sys
 from typing import Any
+
+from envace.common.results import installed_versions
 
 #: distribution -> version the GPU install resolves to (see the module docstring).
 EXPECTED = {"verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0", "transformers": "5.9.0"}
@@ -33,7 +34,7 @@ CUDA_MAJOR = 13
 #: CUDA major -> the lowest Linux driver that runs it (NVIDIA's CUDA toolkit release notes).
 MIN_DRIVER = {13: (580, 65, 6), 12: (525, 60, 13)}
 
-__all__ = ["CUDA_MAJOR", "EXPECTED", "MIN_DRIVER", "installed", "nvidia_driver", "preflight", "version_tuple"]
+__all__ = ["CUDA_MAJOR", "EXPECTED", "MIN_DRIVER", "nvidia_driver", "preflight", "version_tuple"]
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -61,24 +62,13 @@ def nvidia_driver() -> str | None:
     return lines[0] if proc.returncode == 0 and lines else None
 
 
-def installed() -> dict[str, str | None]:
-    """The installed version of each :data:`EXPECTED` distribution (``None`` where absent)."""
-    out: dict[str, str | None] = {}
-    for name in EXPECTED:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def preflight(driver: str | None, torch_cuda: str | None, cuda_available: bool,
               packages: dict[str, str | None]) -> list[str]:
     """What stops this node from running the GPU path, each with what to do (empty: nothing found).
 
     ``driver``: ``nvidia-smi``'s driver version; ``torch_cuda``: ``torch.version.cuda`` of the installed
     torch (``None`` for a CPU build); ``cuda_available``: ``torch.cuda.is_available()``;
-    ``packages``: :func:`installed`.
+    ``packages``: the installed versions of :data:`EXPECTED` (an absent one missing or ``None``).
     """
     problems = []
     for name, want in EXPECTED.items():
@@ -98,7 +88,7 @@ def preflight(driver: str | None, torch_cuda: str | None, cuda_available: bool,
         major = version_tuple(torch_cuda)[0]
         need = MIN_DRIVER.get(major)
         if need is not None and version_tuple(driver) < need:
-            fix = (f"update the NVIDIA driver to >= {_dotted(MIN_DRIVER[13])}, or (not what this project "
+            fix = (f"update the NVIDIA driver to >= {_dotted(need)}, or (not what this project "
                    "resolves or tested) install CUDA 12 builds of the same versions: torch "
                    f"{EXPECTED['torch']} from a CUDA 12 index of download.pytorch.org (e.g. "
                    f"--index-url https://download.pytorch.org/whl/cu128) and vLLM {EXPECTED['vllm']}'s "
@@ -122,9 +112,9 @@ def _torch_facts() -> dict[str, Any]:
 
 def main() -> int:
     """Print the node's facts and each problem; exit 1 if any (``scripts/gpu_check.sh``'s first stage)."""
-    driver, packages, facts = nvidia_driver(), installed(), _torch_facts()
+    driver, packages, facts = nvidia_driver(), installed_versions(EXPECTED), _torch_facts()
     print(f"NVIDIA driver {driver}; torch CUDA build {facts['torch_cuda']}; CUDA device visible "
-          f"{facts['cuda_available']}; " + ", ".join(f"{k} {v}" for k, v in packages.items()))
+          f"{facts['cuda_available']}; " + ", ".join(f"{k} {packages.get(k)}" for k in EXPECTED))
     problems = preflight(driver, facts["torch_cuda"], facts["cuda_available"], packages)
     for p in problems:
         print("FAIL:", p)
