@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from envace.core.environment import Score
+from envace.core.rollout import RolloutConfig
 from envace.core.tools import ToolCall
 
 __all__ = [
@@ -206,3 +207,12 @@ def config_values(cfg: Any, path: Sequence[str]) -> list[Any]:
     if head.startswith("<") and head.endswith(">"):
         return [v for sub in cfg.values() for v in config_values(sub, rest)]
     return config_values(cfg[head], rest) if head in cfg else []
+
+
+def eval_rules(**kwargs: Any) -> RolloutConfig:
+    """A :class:`RolloutConfig` with the evaluation's episode rules unless ``kwargs`` set them: the whole
+    episode under one token budget, every ACT turn counted toward ``max_turns``, the chat template's own
+    thinking default. The rollout tests are written against these rules; ``RolloutConfig()`` alone has
+    the training defaults (``EPISODE_DEFAULTS``)."""
+    rules: dict[str, Any] = {"context_budget": "episode", "turn_cap": "every_turn", "template_kwargs": {}}
+    return RolloutConfig(**{**rules, **kwargs})

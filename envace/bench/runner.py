@@ -56,7 +56,7 @@ from typing import Any
 from envace.common.atomic import atomic_write_bytes, atomic_write_json
 from envace.common.results import ResultsError, _now, encode_line, line_problem, write_results
 from envace.core.environment import BenchmarkAdapter, Episode, Services, Task
-from envace.core.episode import run_episode
+from envace.core.episode import exception_result, is_exception_result, run_episode
 from envace.core.rollout import GenerateBackend, RolloutConfig
 from envace.core.tools import ChatTemplateTokenizer
 
@@ -276,13 +276,7 @@ async def run_samples(
             try:
                 episode = adapter.new_episode(task, sample, seed, services)
             except Exception as exc:  # bad task data / missing service: this sample fails, the run goes on
-                result = {
-                    "score": 0.0,
-                    "subscores": {},
-                    "status": "failed",
-                    "reason": f"new_episode: {type(exc).__name__}: {exc}",
-                    "extra": {},
-                }
+                result = exception_result(exc, "new_episode")
             else:
                 backend = _TimedBackend(backend_for(task, sample), stats)
                 result = await (episode_fn or run_episode)(task, episode, backend, tokenizer, config)
@@ -327,7 +321,13 @@ async def run_samples(
                   file=sys.stderr)
         write_results(prerequisite_path(out), pre, benchmark=adapter.name, seed=seed, started=partial.started,
                       timing={}, **manifest)
+    raised = [line for line in lines if is_exception_result(line)]
+    if raised:
+        print(f"envace eval: {len(raised)} of {len(lines)} samples of {out} ended by an exception, not by "
+              f"the model (counted as failed, marked extra.exception; first: {raised[0]['reason']})",
+              file=sys.stderr)
+    counts = {"failed": sum(line["status"] == "failed" for line in lines), "exceptions": len(raised)}
     path = write_results(out, lines, benchmark=adapter.name, seed=seed, started=partial.started,
-                         timing=timing, **manifest)
+                         timing=timing, counts=counts, **manifest)
     partial.remove()
     return path, stats

@@ -33,9 +33,11 @@ from envace.core.rollout import Mode, RolloutConfig
 __all__ = ["selfcheck_bfcl_multi_turn", "selfcheck_bfcl_ast", "selfcheck_bfcl_agentic",
            "replay_gold", "REPLAY_CONFIG"]
 
-#: roomy limits: the replay must never be cut by a budget (char-level tokens).
+#: roomy limits: the replay must never be cut by a budget (char-level tokens); every gold turn counts
+#: toward ``max_turns`` (an evaluation's turn cap).
 REPLAY_CONFIG = RolloutConfig(mode=Mode.REAL, max_turns=1000, max_prompt_tokens=10**9,
-                              max_response_tokens=10**9, act_sampling={"max_tokens": 10**9})
+                              max_response_tokens=10**9, act_sampling={"max_tokens": 10**9},
+                              context_budget="episode", turn_cap="every_turn", template_kwargs={})
 
 
 def selfcheck_bfcl_multi_turn(splits: list[str] | None = None, limit: int | None = None,

@@ -74,13 +74,12 @@ from typing import Any
 
 from envace.common.config import DEFAULT_CONFIG
 from envace.common.exit_codes import EXIT_UNAVAILABLE
+from envace.common.settings import TTSSetting
 from envace.serve.checkpoints import resolve_checkpoint
 
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
 
 
-#: the keys of a sampling block that reach the model server
-SAMPLING_KEYS = ("temperature", "top_p", "max_tokens")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -148,7 +147,7 @@ def tts_settings_of(args: argparse.Namespace, cfg: dict[str, Any]) -> list[str |
             raise ConfigError(
                 f"--rehearser must be one of tts.rehearsers {sorted(names)}, got {args.rehearser!r}"
             )
-        settings = [f"{args.tts}_n{args.n}_{names[args.rehearser]}"]
+        settings = [str(TTSSetting(args.tts, int(args.n), names[args.rehearser]))]
     for setting in settings:
         if setting not in cfg["tts"]["settings"]:
             raise ConfigError(f"unknown TTS setting {setting!r} (known: {cfg['tts']['settings']})")
@@ -173,9 +172,8 @@ def model_path_of(cfg: dict[str, Any], model_id: str) -> str:
 
 def rehearser_of(cfg: dict[str, Any], setting: str | None) -> str | None:
     """The rehearser model id of a TTS setting (``None`` for no TTS and ``no_tts``)."""
-    if setting in (None, "no_tts"):
-        return None
-    return str(cfg["tts"]["rehearsers"][setting.rsplit("_", 1)[1]])
+    parsed = TTSSetting.parse(setting) if setting is not None else TTSSetting()
+    return str(cfg["tts"]["rehearsers"][parsed.rehearser]) if parsed.is_tts else None
 
 
 def rehearsers(cfg: dict[str, Any], runs: list[EvalRun]) -> list[str]:
@@ -577,7 +575,8 @@ class _Job:
         from envace.bench import get_adapter
         from envace.bench.runner import run_samples
         from envace.core.environment import Endpoint, Services
-        from envace.core.rollout import BackendError, Mode, RolloutConfig
+        from envace.core.rollout import BackendError
+        from envace.core.settings import evaluation_rollout
         from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
 
         cfg, args = self.cfg, self.args
@@ -610,25 +609,9 @@ class _Job:
 
         self.wait(needs)
         serving_record = self.serving_record(needs)
-        sampling, episode = cfg["evaluation"]["sampling"], cfg["evaluation"]["episode"]
-        rehearse = cfg["tts"]["rehearse"]
         default_concurrency = int(cfg["evaluation"].get("concurrency", 16))
         concurrency = args.concurrency or (1 if self.kind == "hf" else default_concurrency)
-        rollout = RolloutConfig(
-            mode=Mode.REAL,
-            max_turns=int(sampling["max_turns"]),
-            max_prompt_tokens=int(sampling["max_prompt_tokens"]),
-            max_response_tokens=int(sampling["max_tokens"]),
-            act_sampling={k: v for k, v in sampling.items() if k in SAMPLING_KEYS},
-            context_budget=episode["context_budget"],
-            turn_cap=episode["turn_cap"],
-            on_act_parse_error=episode["on_act_parse_error"],
-            template_kwargs={} if episode["enable_thinking"] else {"enable_thinking": False},
-            # the REHEARSE settings act in TTS attempts only (an evaluation episode is real)
-            rehearse_sampling={k: v for k, v in rehearse.items() if k in SAMPLING_KEYS},
-            prompt_name=rehearse["prompt"],
-            max_rehearse_context_tokens=int(rehearse["max_context_tokens"]),
-        )
+        rollout = evaluation_rollout(cfg)
         flags = {"user_simulator": args.user_simulator_url, "judge": args.judge_url}
         pick = hf_backend if self.kind == "hf" else served_backend
         new = 0
@@ -754,18 +737,19 @@ def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser
 
     A served rehearser is forked per task (its requests seeded from (seed, task)): deterministic whatever
     the concurrency; with several samples per task, samples share the rehearser's seeds."""
+    from envace.core.episode import exception_result
     from envace.core.rollout import BackendError
     from envace.core.tts import TTSConfig, run_tts
 
-    mode, n, _ = setting.split("_")
+    parsed = TTSSetting.parse(setting)
     tts = cfg["tts"]
 
     async def episode_fn(
         task: Any, episode: Any, backend: Any, tokenizer: Any, config: Any
     ) -> dict[str, Any]:
         tts_config = TTSConfig(
-            mode=mode,
-            n=int(n[1:]),
+            mode=parsed.mode,
+            n=parsed.n,
             rollout=config,
             attempt_max_tokens=int(tts["attempt_max_tokens"]),
             memory_max_tokens=int(tts["memory_max_tokens"]),
@@ -789,8 +773,7 @@ def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser
         except BackendError:
             raise
         except Exception as exc:  # e.g. the simulated user's opening failed: a failed sample, never a crash
-            reason = f"{type(exc).__name__}: {exc}"
-            return {"score": 0.0, "subscores": {}, "status": "failed", "reason": reason, "extra": {}}
+            return exception_result(exc, "tts")
         return result.fields
 
     return episode_fn

@@ -43,6 +43,7 @@ from envace.core.fidelity import (
     predict_observations,
     score_pair,
 )
+from envace.core.rollout import template_kwargs
 from envace.report.fidelity import fidelity_figure, fidelity_table
 
 
@@ -228,8 +229,7 @@ def fidelity(cfg: dict[str, Any], results: list[str], label: str, out: Path, *, 
     assert model_path is not None
     check_model_path(model_path)
     sampling = {"temperature": float(rehearse["temperature"]), "max_tokens": int(rehearse["max_tokens"])}
-    # the chat template's default renders thinking on: only an explicit false is passed
-    template_kwargs = {} if rehearse["enable_thinking"] else {"enable_thinking": False}
+    chat_kwargs = template_kwargs(bool(rehearse["enable_thinking"]))  # thinking on = the template's default
 
     def predict(backend: Any, tokenizer: Any) -> Any:
         return predict_observations(
@@ -239,7 +239,7 @@ def fidelity(cfg: dict[str, Any], results: list[str], label: str, out: Path, *, 
             tokenizer,
             sampling=sampling,
             prompt_name=str(rehearse["prompt"]),
-            template_kwargs=template_kwargs,
+            template_kwargs=chat_kwargs,
             max_context_tokens=int(rehearse["max_context_tokens"]),
         )
 
@@ -258,7 +258,7 @@ def fidelity(cfg: dict[str, Any], results: list[str], label: str, out: Path, *, 
         **info,
         "prompt": rehearse["prompt"],
         "sampling": sampling,
-        "template_kwargs": template_kwargs,
+        "template_kwargs": chat_kwargs,
         "serving": serving,
         "bootstrap": bootstrap,
         "summary": aggregate(scores, **bootstrap),

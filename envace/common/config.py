@@ -23,6 +23,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from envace.common import settings
+from envace.common.settings import EPISODE_DEFAULTS
+
 #: the experiment config a command reads when given no ``--config`` (the paper's; relative to the
 #: working directory, the repository root).
 DEFAULT_CONFIG = "config/config.yaml"
@@ -129,14 +132,9 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
 
 
 def tts_settings(cfg: Mapping[str, Any]) -> list[str]:
-    """All test-time-scaling setting ids: ``no_tts`` and ``{mode}_n{N}_{rehearser}``."""
-    tts = cfg["tts"]
-    return ["no_tts"] + [
-        f"{mode}_n{n}_{rehearser}"
-        for mode in tts["modes"]
-        for n in tts["n"]
-        for rehearser in tts["rehearsers"]
-    ]
+    """All test-time-scaling setting ids (:class:`envace.common.settings.TTSSetting`): ``no_tts``, then
+    ``{mode}_n{N}_{rehearser}``."""
+    return [str(s) for s in settings.tts_settings(cfg["tts"])]
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -249,27 +247,10 @@ def _serving_key(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"serving": serving["vllm"]} if serving and "vllm" in serving else {}
 
 
-#: ``training.runs.<run>.episode`` keys a run may leave out: the authors' rules where they have one,
-#: else ours. A run's spec hash (:func:`training_key`) holds its episode rules with these
-#: filled in, so a change here re-runs the runs that rely on it.
-EPISODE_DEFAULTS: dict[str, Any] = {
-    "terminate_on_rehearsal_error": True,
-    "replay_user_turns": True,
-    "context_budget": "per_generation",
-    "singleton_advantage": "reward",
-    "rehearsal_prompt": "rehearsal_v2",
-    "turn_cap": "user_turn_end",
-    "max_env_steps": 200,
-    "advantage_sign": 1,  # ours: -1 only as the learning test's negative control
-    "rehearse_max_tokens": 2048,  # ours
-    "enable_thinking": False,  # ours: Qwen3's non-thinking template for ACT and REHEARSE
-    "terminate_on_rehearsal_malformed": True,  # ours
-}
-
-
 def episode_rules(run_spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The episode rules of a ``training.runs`` entry: its ``episode`` block over
-    :data:`EPISODE_DEFAULTS`."""
+    """The episode rules of a ``training.runs`` entry: its ``episode`` block over the schema's defaults
+    (:data:`envace.common.settings.EPISODE_DEFAULTS`). A run's spec hash (:func:`training_key`) holds
+    them filled in, so a changed default re-runs the runs that rely on it."""
     return {**EPISODE_DEFAULTS, **(run_spec.get("episode", {}) or {})}
 
 

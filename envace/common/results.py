@@ -335,11 +335,14 @@ def write_results(
     git_commit: str | None = None,
     package_versions: Mapping[str, str] | None = None,
     timing: Mapping[str, float] | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> Path:
     """Validate and write a complete result file and its manifest; returns the JSONL path.
 
     ``timing`` (optional) is recorded as is: the evaluation runner writes ``wall_s`` and ``model_s`` (time
     inside the model backend) of the process that finished the file, and the ``samples`` it ran.
+    ``counts`` (optional) is recorded as is: the runner writes ``failed`` (samples with status failed)
+    and ``exceptions`` (those of them ended by an exception, not by the model: ``extra.exception``).
 
     ``model`` is the model id (the setting id for test-time scaling). ``finished`` defaults to now (UTC);
     ``git_commit`` and
@@ -378,6 +381,8 @@ def write_results(
     }
     if timing is not None:
         manifest["timing"] = {k: round(float(v), 3) for k, v in timing.items()}
+    if counts is not None:
+        manifest["counts"] = {k: int(v) for k, v in counts.items()}
     problem = _schema_error("manifest", manifest)
     if problem:
         raise ResultsError(f"{manifest_path(path)}: {problem}")

@@ -22,7 +22,27 @@ from envace.core.environment import Episode, Task
 from envace.core.rollout import BackendError, GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
 from envace.core.tools import ChatTemplateTokenizer
 
-__all__ = ["run_episode"]
+__all__ = ["run_episode", "exception_result", "is_exception_result"]
+
+
+def exception_result(exc: BaseException, where: str, **fields: Any) -> dict[str, Any]:
+    """A failed sample for an exception raised by our code, an adapter or a service, not by the model:
+    score 0 like any failure, ``reason`` ``"<where>: <Type>: <message>"``, and ``extra.exception``
+    (``type``, ``where``), so a harness bug is told apart from a model's failure and counted
+    (:func:`is_exception_result`). ``fields`` (e.g. ``trajectory``) are added to the result."""
+    return {
+        "score": 0.0,
+        "subscores": {},
+        "status": "failed",
+        "reason": f"{where}: {type(exc).__name__}: {exc}",
+        **fields,
+        "extra": {"exception": {"type": type(exc).__name__, "where": where}},
+    }
+
+
+def is_exception_result(line: dict[str, Any]) -> bool:
+    """True for a result line written by :func:`exception_result`."""
+    return isinstance((line.get("extra") or {}).get("exception"), dict)
 
 
 def _trajectory_record(
@@ -99,14 +119,8 @@ async def run_episode(
     except BackendError:
         raise
     except Exception as exc:  # an adapter/environment bug or bad data: a failed sample, never a crash
-        return {
-            "score": 0.0,
-            "subscores": {},
-            "status": "failed",
-            "reason": f"{type(exc).__name__}: {exc}",
-            "trajectory": _trajectory_record(messages, terminations, used, tools),
-            "extra": {},
-        }
+        return exception_result(exc, "episode",
+                                trajectory=_trajectory_record(messages, terminations, used, tools))
     value = _unit_float(score.score)
     bad_sub = {k: v for k, v in score.subscores.items() if _unit_float(v) is None}
     if value is None or bad_sub:

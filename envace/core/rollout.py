@@ -68,6 +68,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from envace.common.settings import EPISODE_DEFAULTS
 from envace.core.rehearsal import (
     CallCandidate,
     OutcomeKind,
@@ -156,7 +157,10 @@ class TokenRole(IntEnum):
 
 @dataclass
 class RolloutConfig:
-    """Rollout settings. Defaults follow the paper / authors' code where they say something."""
+    """Rollout settings. The episode rules default to the training run's defaults
+    (:data:`envace.common.settings.EPISODE_DEFAULTS`, the schema's ``training.runs.<run>.episode``):
+    the authors' code where it has one, else ours; an evaluation states its own
+    (:func:`envace.core.settings.evaluation_rollout`, from ``evaluation.episode``)."""
 
     mode: Mode = Mode.REHEARSAL
     max_turns: int = 30  # paper: at most 30 turns
@@ -165,20 +169,28 @@ class RolloutConfig:
     max_rehearse_context_tokens: int = 20480  # ours: the same 20k total for a REHEARSE context
     act_sampling: dict[str, Any] = field(default_factory=lambda: {"temperature": 1.0, "max_tokens": 8192})
     rehearse_sampling: dict[str, Any] = field(
-        default_factory=lambda: {"temperature": 1.0, "max_tokens": 2048}
+        default_factory=lambda: {"temperature": 1.0, "max_tokens": EPISODE_DEFAULTS["rehearse_max_tokens"]}
     )
     precheck: Precheck = "none"  # ours; "none" is faithful
     on_act_parse_error: Literal["terminate", "observe"] = "terminate"
-    terminate_on_rehearsal_malformed: bool = True
-    terminate_on_rehearsal_error: bool = True  # authors: a simulator error ends the episode
-    replay_user_turns: bool = True  # authors: later reference user turns are injected (needs user_turns)
+    terminate_on_rehearsal_malformed: bool = EPISODE_DEFAULTS["terminate_on_rehearsal_malformed"]
+    terminate_on_rehearsal_error: bool = EPISODE_DEFAULTS["terminate_on_rehearsal_error"]
+    replay_user_turns: bool = EPISODE_DEFAULTS["replay_user_turns"]  # needs the task's user_turns
     max_user_turns: int = 30  # authors' script: max_user_turns=30
-    context_budget: Literal["per_generation", "episode"] = "episode"  # training sets "per_generation"
-    turn_cap: Literal["every_turn", "user_turn_end"] = "every_turn"  # training sets "user_turn_end"
-    max_env_steps: int = 200  # authors' script: env.max_steps=200 (with turn_cap="user_turn_end")
-    prompt_name: str = "rehearsal_v2"  # v2: replayed user turns reach every later REHEARSE call
+    context_budget: Literal["per_generation", "episode"] = EPISODE_DEFAULTS["context_budget"]
+    turn_cap: Literal["every_turn", "user_turn_end"] = EPISODE_DEFAULTS["turn_cap"]
+    max_env_steps: int = EPISODE_DEFAULTS["max_env_steps"]  # with turn_cap="user_turn_end"
+    prompt_name: str = EPISODE_DEFAULTS["rehearsal_prompt"]
     parameters_key: bool = True  # authors' tool_parser: "parameters" accepted as the arguments key
-    template_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {"enable_thinking": False}
+    template_kwargs: dict[str, Any] = field(  # enable_thinking: False unless the episode rules turn it on
+        default_factory=lambda: template_kwargs(EPISODE_DEFAULTS["enable_thinking"])
+    )
+
+
+def template_kwargs(enable_thinking: bool) -> dict[str, Any]:
+    """Chat-template arguments for an ``enable_thinking`` rule: ``{}`` (the template's default: Qwen3
+    thinks) or ``{"enable_thinking": False}``."""
+    return {} if enable_thinking else {"enable_thinking": False}
 
 
 @dataclass

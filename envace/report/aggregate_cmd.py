@@ -102,6 +102,7 @@ def summarize(ctx: Any, kind: str, name: str, benchmark: str) -> dict[str, Any]:
         "n_samples": primary.n_samples,
         "n_failed": primary.n_failed,
         "n_failed_uncounted": primary.n_failed_uncounted,
+        "n_exceptions": primary.n_exceptions,
         "units": "percent",
         "provenance": {
             **ctx.header(),
@@ -130,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"aggregate: wrote {out} ({args.model}/{args.benchmark}: {summary['value']:.2f}% "
         f"[{summary['ci_low']:.2f}, {summary['ci_high']:.2f}], {summary['n_tasks']} tasks, "
-        f"Avg@{summary['avg_at_k']}, {summary['n_failed']} failed samples)"
+        f"Avg@{summary['avg_at_k']}, {summary['n_failed']} failed samples, {summary['n_exceptions']} of them "
+        "by an exception)"
     )
     return 0

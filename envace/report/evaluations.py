@@ -8,7 +8,8 @@ scaling) the complete result file is read with the expected config hash
 (:func:`envace.common.config.eval_hash` / :func:`envace.common.config.tts_hash`).
 
 Per-task values. A task's value in a run is the mean over its samples of the chosen metric (``score`` or
-a sub-score such as FinMCP's ``tp``); a failed sample counts as 0 and is counted in ``n_failed``.
+a sub-score such as FinMCP's ``tp``); a failed sample counts as 0 and is counted in ``n_failed`` (those
+ended by an exception, not by the model, also in ``n_exceptions``).
 Count metrics (FinMCP's tp / tr / tf1 / score, :data:`envace.bench.finmcp.MICRO_METRICS`) with
 ``aggregate.average: micro`` (the default) instead keep, per task and run, the mean over its samples of
 the metric's numerator and denominator counts (from each line's ``extra`` ``TP`` / ``FP`` / ``FN``); the
@@ -48,6 +49,7 @@ from envace.bench.bfcl import leaderboard as bfcl
 from envace.common.config import eval_hash, tts_hash
 from envace.common.results import ResultsError, eval_path, read_results, tts_path
 from envace.common.stats import RatioMatrix, Statistic, TaskMatrix
+from envace.core.episode import is_exception_result
 
 KINDS = ("eval", "tts")
 METHODS = ("pooled", "bfcl_eval")
@@ -95,6 +97,7 @@ class Evaluation:
     unscored: dict[str, float] = field(default_factory=dict)
     excluded_groups: dict[str, float] = field(default_factory=dict)
     n_failed_uncounted: int = 0
+    n_exceptions: int = 0  # of n_failed: ended by an exception, not by the model (extra.exception)
 
     def group_means(self) -> dict[str, float]:
         means = self.matrix.group_means()
@@ -242,7 +245,7 @@ def load_evaluation(
     runs: list[dict[str, list[Any]]] = []
     task_split: dict[str, str] = {}
     manifests = []
-    n_samples = n_failed = n_uncounted = 0
+    n_samples = n_failed = n_uncounted = n_exceptions = 0
     for seed in seeds:
         res = read_results(path_of(results_dir, name, benchmark, seed), expected_hash=expected)
         m = res.manifest
@@ -268,6 +271,7 @@ def load_evaluation(
                     value = (0.0, 0.0)
             per_task.setdefault(line["task_id"], []).append(value)
             n_failed += line["status"] == "failed"
+            n_exceptions += is_exception_result(line)
         n_samples += len(res.lines)
         if runs and per_task.keys() != runs[0].keys():
             differ = sorted(per_task.keys() ^ runs[0].keys())
@@ -351,5 +355,6 @@ def load_evaluation(
         method=method,
         average=average,
         n_failed_uncounted=n_uncounted,
+        n_exceptions=n_exceptions,
         **extra,
     )

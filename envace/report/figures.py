@@ -38,6 +38,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from envace.common.config import ours_benchmarks
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, figure_path  # noqa: E402
+from envace.common.settings import TTSSetting  # noqa: E402
 from envace.report import points, tts_context  # noqa: E402
 from envace.report.context import (  # noqa: E402
     Cell,
@@ -178,11 +179,11 @@ def _fig6_panel(ctx: ReportContext, ax: Axes, twin: Axes, mode: str, bench: str 
         cells = curves[(mode, reh)]
         ns = [0, *cells]
         _errorbar(ax, ns, [no_tts, *cells.values()], f"{reh} rehearser", fmt="-o", color=color)
-        settings = ["no_tts", *(f"{mode}_n{n}_{reh}" for n in cells)]
+        settings = ["no_tts", *(str(TTSSetting(mode, n, reh)) for n in cells)]
         if bench is None:
             _paper(ax, ns, [paper.get(t3.get(s, ""), {}).get("overall") for s in settings], first=first)
         first = False
-        stats = [(n, context[f"{mode}_n{n}_{reh}"][bench or OVERALL]) for n in cells]
+        stats = [(n, context[str(TTSSetting(mode, n, reh))][bench or OVERALL]) for n in cells]
         synthetic += sum(s.synthetic for _, s in stats)
         have = [(n, s.final_context_mean) for n, s in stats if s.ok and s.final_context_mean is not None]
         if have:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from envace.common.config import ours_benchmarks
+from envace.common.settings import TTSSetting
 from envace.report.context import Cell, ReportContext
 from envace.report.tts_context import OVERALL, ContextStats, overall
 
@@ -50,7 +51,7 @@ def figure6(ctx: ReportContext, benchmark: str | None = None
     tts = ctx.cfg["tts"]
     benches = [benchmark] if benchmark else list(tts["benchmarks"])
     curves = {
-        (mode, reh): {n: ctx.mean("tts", f"{mode}_n{n}_{reh}", benches) for n in tts["n"]}
+        (mode, reh): {n: ctx.mean("tts", str(TTSSetting(mode, n, reh)), benches) for n in tts["n"]}
         for mode in tts["modes"]
         for reh in tts["rehearsers"]
     }
@@ -66,7 +67,7 @@ def figure6_context(ctx: ReportContext) -> dict[str, dict[str, ContextStats]]:
     for mode in tts["modes"]:
         for reh in tts["rehearsers"]:
             for n in tts["n"]:
-                setting = f"{mode}_n{n}_{reh}"
+                setting = str(TTSSetting(mode, n, reh))
                 per_bench = {b: ctx.tts_context(setting, b) for b in tts["benchmarks"]}
                 ours = {b: ctx.tts_context(setting, b) for b in ours_benchmarks(ctx.cfg)}
                 out[setting] = {**per_bench, OVERALL: overall(setting, list(per_bench.values())), **ours}

@@ -40,6 +40,7 @@ from typing import Any
 
 from envace.common.config import tts_hash
 from envace.common.results import IncompleteResultsError, ResultsError, read_results, tts_path
+from envace.common.settings import TTSSetting
 
 FINAL_FIELD = "commit_final_context_tokens"
 MEMORY_FIELD = "memory_tokens"
@@ -207,11 +208,9 @@ def csv_text(rows: Sequence[ContextStats], header: str) -> str:
 
 
 def _parse_setting(setting: str) -> tuple[str, str, str]:
-    """``parallel_n2_envace`` -> ``("parallel", "2", "envace")``; anything else -> ``(setting, "", "")``."""
-    parts = setting.split("_", 2)
-    if len(parts) == 3 and parts[1].startswith("n") and parts[1][1:].isdigit():
-        return parts[0], parts[1][1:], parts[2]
-    return setting, "", ""
+    """``parallel_n2_envace`` -> ``("parallel", "2", "envace")``; ``no_tts`` -> ``("no_tts", "", "")``."""
+    parsed = TTSSetting.parse(setting)
+    return (str(parsed.mode), str(parsed.n), parsed.rehearser) if parsed.is_tts else (setting, "", "")
 
 
 def csv_path(figure_out: str | Path) -> Path:

@@ -42,7 +42,7 @@ from envace.common.results import read_results
 from envace.common.stats import Interval, TaskMatrix, bootstrap_paired_diff
 from envace.core.environment import BenchmarkAdapter, Services
 from envace.core.fidelity import PairScore, extract_pairs, predict_observations, score_pair
-from envace.core.rollout import Mode, RolloutConfig
+from envace.core.rollout import Mode, RolloutConfig, template_kwargs
 from envace.serve.tiny_model import HFGenerateBackend
 from envace.train.data import normalize_record
 
@@ -61,10 +61,6 @@ def load_model(model_dir: str | Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _template_kwargs(enable_thinking: bool) -> dict[str, Any]:
-    return {} if enable_thinking else {"enable_thinking": False}
-
-
 def task_success(model: torch.nn.Module, tokenizer: Any, adapter: BenchmarkAdapter, *, split: str = "test",
                  samples: int = 4, temperature: float = 0.6, seed: int = 0, enable_thinking: bool = False,
                  max_tokens: int = 64, max_turns: int = 4) -> list[dict[str, Any]]:
@@ -77,7 +73,8 @@ def task_success(model: torch.nn.Module, tokenizer: Any, adapter: BenchmarkAdapt
     config = RolloutConfig(mode=Mode.REAL, max_turns=max_turns, max_prompt_tokens=4096,
                            max_response_tokens=4096,
                            act_sampling={"temperature": temperature, "max_tokens": max_tokens},
-                           template_kwargs=_template_kwargs(enable_thinking))
+                           context_budget="episode", turn_cap="every_turn",
+                           template_kwargs=template_kwargs(enable_thinking))
     backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
     with tempfile.TemporaryDirectory() as tmp:
         path, _ = asyncio.run(run_samples(
@@ -113,7 +110,7 @@ def reference_fidelity(model: torch.nn.Module, tokenizer: Any, records: Sequence
     backend = HFGenerateBackend(model, [tokenizer.eos_token_id], seed=seed)
     predictions = asyncio.run(predict_observations(
         pairs, tools, backend, tokenizer, sampling={"temperature": temperature, "max_tokens": max_tokens},
-        prompt_name=prompt, template_kwargs=_template_kwargs(enable_thinking), max_context_tokens=4096,
+        prompt_name=prompt, template_kwargs=template_kwargs(enable_thinking), max_context_tokens=4096,
         references=refs))
     return [score_pair(p, pred) for p, pred in zip(pairs, predictions, strict=True)]
 

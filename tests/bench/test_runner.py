@@ -11,11 +11,12 @@ from envace.bench.runner import PartialResults, run_samples
 from envace.bench.scripted import CharTokenizer, ScriptedBackend
 from envace.common.results import read_results
 from envace.core.environment import Services
-from envace.core.rollout import BackendError, Mode, RolloutConfig
+from envace.core.rollout import BackendError, Mode
 from envace.core.tools import ToolCall, render_tool_call
+from tests.fixtures import eval_rules
 
 HASH = "0123456789abcdef"
-CFG = RolloutConfig(mode=Mode.REAL, max_turns=10, max_prompt_tokens=10**6, max_response_tokens=10**6,
+CFG = eval_rules(mode=Mode.REAL, max_turns=10, max_prompt_tokens=10**6, max_response_tokens=10**6,
                     act_sampling={"max_tokens": 10**6})
 PING = render_tool_call(ToolCall("ping", {}))
 
@@ -49,7 +50,7 @@ def test_garbage_and_endless_output_become_failed_samples(toy, tmp_path):
     lines = read_results(path).lines
     assert all(x["status"] == "failed" and x["score"] == 0 for x in lines)
     assert all("act_parse_error" in x["reason"] for x in lines)
-    endless = RolloutConfig(mode=Mode.REAL, max_turns=10, max_prompt_tokens=10**6, max_response_tokens=20,
+    endless = eval_rules(mode=Mode.REAL, max_turns=10, max_prompt_tokens=10**6, max_response_tokens=20,
                             act_sampling={"max_tokens": 20})
     path, _ = _run(toy, tmp_path / "e.jsonl", ["x" * 100], config=endless)
     assert all("context_limit" in x["reason"] for x in read_results(path).lines)

@@ -249,6 +249,7 @@ def test_tts_episode_turns_episode_errors_into_failed_samples():
     task = SimpleNamespace(system=None, first_user="", tools=[])
     fields = asyncio.run(fn(task, BrokenOpening(), None, None, RolloutConfig()))
     assert fields["status"] == "failed" and "user simulator returned nothing" in fields["reason"]
+    assert fields["extra"]["exception"] == {"type": "RuntimeError", "where": "tts"}
 
 
 def _plan(tmp_path: Path, items: list) -> str:

@@ -30,6 +30,7 @@ from envace.core.tools import (
     tool_message,
 )
 from tests.fixtures import WEATHER_TOOL_WITH_UNIT as WEATHER_TOOL  # as before: with the unit enum
+from tests.fixtures import eval_rules
 
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Oslo?"}]
 CALL = render_tool_call(ToolCall("get_weather", {"city": "Oslo"}))
@@ -38,7 +39,7 @@ REFS = [{"call": {"name": "get_weather", "arguments": {"city": "Rome"}}, "respon
 
 
 def roll(policy: Any, tokenizer: Any, config: RolloutConfig | None = None, **kwargs: Any):
-    return asyncio.run(run_rollout(policy, tokenizer, TASK, [WEATHER_TOOL], config, **kwargs))
+    return asyncio.run(run_rollout(policy, tokenizer, TASK, [WEATHER_TOOL], config or eval_rules(), **kwargs))
 
 
 def observations(traj) -> list[dict]:
@@ -121,7 +122,7 @@ def test_act_parse_error_terminates(tokenizer, scripted) -> None:
     ],
 )
 def test_precheck_error_codes_skip_rehearsal(tokenizer, scripted, act_text, precheck, code) -> None:
-    config = RolloutConfig(precheck=precheck, on_act_parse_error="observe",
+    config = eval_rules(precheck=precheck, on_act_parse_error="observe",
                            terminate_on_rehearsal_error=False)  # ours before; the default ends it
     backend = scripted([act_text, "Sorry."])
     traj = roll(backend, tokenizer, config)
@@ -135,7 +136,7 @@ def test_model_error_codes_faithful(tokenizer, scripted, code) -> None:
     act = "<tool_call>{broken" if code == "INVALID_TOOL_CALL_FORMAT" else CALL
     reply = f'<execution_result>{{"error": "{code}", "message": "m"}}</execution_result>'
     backend = scripted([act, reply, "Sorry."])
-    old = RolloutConfig(on_act_parse_error="observe", terminate_on_rehearsal_error=False)  # ours before
+    old = eval_rules(on_act_parse_error="observe", terminate_on_rehearsal_error=False)  # ours before
     traj = roll(backend, tokenizer, old)
     assert traj.termination == Termination.FINAL_ANSWER
     assert observations(traj) == [{"error": code, "message": "m"}]
@@ -145,7 +146,7 @@ def test_model_error_codes_faithful(tokenizer, scripted, code) -> None:
 
 def test_rehearsal_error_can_terminate(tokenizer, scripted) -> None:
     reply = '<execution_result>{"error": "INVALID_PARAMETERS", "message": "m"}</execution_result>'
-    traj = roll(scripted([CALL, reply]), tokenizer, RolloutConfig(terminate_on_rehearsal_error=True))
+    traj = roll(scripted([CALL, reply]), tokenizer, eval_rules(terminate_on_rehearsal_error=True))
     assert traj.termination == Termination.REHEARSAL_ERROR
     assert traj.messages[-1]["role"] == "tool"
     assert traj.act_segments[-1][0] == TokenRole.ACT  # nothing appended after the last ACT turn
@@ -155,13 +156,13 @@ def test_rehearsal_malformed(tokenizer, scripted) -> None:
     traj = roll(scripted([CALL, "I think it is sunny."]), tokenizer)
     assert traj.termination == Termination.REHEARSAL_MALFORMED
     lenient = roll(scripted([CALL, "sunny", "ok"]), tokenizer,
-                   RolloutConfig(terminate_on_rehearsal_malformed=False))
+                   eval_rules(terminate_on_rehearsal_malformed=False))
     assert lenient.termination == Termination.FINAL_ANSWER
     assert observations(lenient)[0]["error"] == "REHEARSAL_FAILED"
 
 
 def test_max_turns(tokenizer, scripted) -> None:
-    traj = roll(scripted([CALL, RESULT] * 4), tokenizer, RolloutConfig(max_turns=4))
+    traj = roll(scripted([CALL, RESULT] * 4), tokenizer, eval_rules(max_turns=4))
     assert traj.termination == Termination.MAX_TURNS and traj.num_turns == 4
     assert len(traj.generations) == 8
     assert (act_context_roles(traj) == TokenRole.ACT).sum() == 4 * len(traj.generations[0].response_ids)
@@ -169,28 +170,28 @@ def test_max_turns(tokenizer, scripted) -> None:
 
 def test_context_limits(tokenizer, scripted) -> None:
     prompt_len = len(render_chat(tokenizer, TASK, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True))
-    too_long = roll(scripted([]), tokenizer, RolloutConfig(max_prompt_tokens=prompt_len - 1))
+    too_long = roll(scripted([]), tokenizer, eval_rules(max_prompt_tokens=prompt_len - 1))
     assert too_long.termination == Termination.CONTEXT_LIMIT and too_long.generations == []
 
     # Budget exhausted inside a generation: max_tokens is capped, the turn has no turn end.
     backend = scripted(["x" * 200])
-    cut = roll(backend, tokenizer, RolloutConfig(max_response_tokens=10))
+    cut = roll(backend, tokenizer, eval_rules(max_response_tokens=10))
     assert cut.termination == Termination.CONTEXT_LIMIT and backend.params[0]["max_tokens"] == 10
     assert len(cut.act_ids) == prompt_len + 10
 
     # Budget exhausted by an observation.
     call_len = len(tokenizer.encode(CALL)) + 1
-    obs = roll(scripted([CALL, RESULT]), tokenizer, RolloutConfig(max_response_tokens=call_len + 5))
+    obs = roll(scripted([CALL, RESULT]), tokenizer, eval_rules(max_response_tokens=call_len + 5))
     assert obs.termination == Termination.CONTEXT_LIMIT and obs.num_turns == 1
 
     # REHEARSE context over its own limit.
-    reh = roll(scripted([CALL]), tokenizer, RolloutConfig(max_rehearse_context_tokens=50))
+    reh = roll(scripted([CALL]), tokenizer, eval_rules(max_rehearse_context_tokens=50))
     assert reh.termination == Termination.CONTEXT_LIMIT and [g.role for g in reh.generations] == ["act"]
 
 
 def test_truncated_turn_gets_turn_end_in_delta(tokenizer, scripted) -> None:
     backend = scripted([(CALL, False), RESULT, "Done."])
-    traj = roll(backend, tokenizer, RolloutConfig(act_sampling={"max_tokens": 1000}))
+    traj = roll(backend, tokenizer, eval_rules(act_sampling={"max_tokens": 1000}))
     assert traj.termination == Termination.FINAL_ANSWER
     first = traj.generations[0]
     end = first.prompt_len + len(first.response_ids)
@@ -199,7 +200,7 @@ def test_truncated_turn_gets_turn_end_in_delta(tokenizer, scripted) -> None:
 
 
 def test_enable_thinking_false_generation_prompt(tokenizer, scripted) -> None:
-    config = RolloutConfig(template_kwargs={"enable_thinking": False})
+    config = eval_rules(template_kwargs={"enable_thinking": False})
     backend = scripted(["<think>\n\n</think>\n\n" + CALL, RESULT, "Done."])
     traj = roll(backend, tokenizer, config)
     assert traj.termination == Termination.FINAL_ANSWER
@@ -210,13 +211,13 @@ def test_enable_thinking_false_generation_prompt(tokenizer, scripted) -> None:
 def test_external_simulator_mode(tokenizer, scripted) -> None:
     policy = scripted([CALL, "Done."])
     simulator = scripted([RESULT])
-    traj = roll(policy, tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR), simulator=simulator)
+    traj = roll(policy, tokenizer, eval_rules(mode=Mode.EXTERNAL_SIMULATOR), simulator=simulator)
     assert traj.termination == Termination.FINAL_ANSWER
     assert len(simulator.prompt_ids) == 1 and len(policy.prompt_ids) == 2
     reh = [g for g in traj.generations if g.role == "rehearse"]
     assert len(reh) == 1 and not reh[0].trainable
     with pytest.raises(ValueError, match="simulator"):
-        roll(policy, tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR))
+        roll(policy, tokenizer, eval_rules(mode=Mode.EXTERNAL_SIMULATOR))
 
 
 class CountingTokenizer:
@@ -239,7 +240,7 @@ class CountingTokenizer:
 
 def test_external_simulator_uses_its_own_tokenizer(tokenizer, scripted) -> None:
     sim_tok = CountingTokenizer(tokenizer)
-    traj = roll(scripted([CALL, CALL, "Done."]), tokenizer, RolloutConfig(mode=Mode.EXTERNAL_SIMULATOR),
+    traj = roll(scripted([CALL, CALL, "Done."]), tokenizer, eval_rules(mode=Mode.EXTERNAL_SIMULATOR),
                 simulator=scripted([RESULT, RESULT]), simulator_tokenizer=sim_tok)
     assert traj.termination == Termination.FINAL_ANSWER
     assert sim_tok.renders == 2  # the first REHEARSE prompt and one delta, both through its template
@@ -257,7 +258,7 @@ class RecordingEnv:
 def test_real_mode_env_gets_parsed_calls_only(tokenizer, scripted) -> None:
     env = RecordingEnv()
     backend = scripted([CALL, "<tool_call>{broken", "Done."])
-    config = RolloutConfig(mode=Mode.REAL, on_act_parse_error="observe")
+    config = eval_rules(mode=Mode.REAL, on_act_parse_error="observe")
     traj = roll(backend, tokenizer, config, environment=env)
     assert traj.termination == Termination.FINAL_ANSWER
     assert env.calls == [ToolCall("get_weather", {"city": "Oslo"})]
@@ -265,7 +266,7 @@ def test_real_mode_env_gets_parsed_calls_only(tokenizer, scripted) -> None:
     assert observations(traj)[1]["error"] == "INVALID_TOOL_CALL_FORMAT"
     assert all(g.role == "act" for g in traj.generations)
     with pytest.raises(ValueError, match="environment"):
-        roll(backend, tokenizer, RolloutConfig(mode=Mode.REAL))
+        roll(backend, tokenizer, eval_rules(mode=Mode.REAL))
 
 
 def test_chat_tokens_requires_turn_end() -> None:
@@ -310,11 +311,11 @@ def test_rehearsal_error_ends_the_episode_by_default(tokenizer, scripted) -> Non
     assert observations(traj) == [{"error": "INVALID_PARAMETERS", "message": "m"}]
     # a precheck's error ends it too (the authors' harness-side schema checks do)
     nope = render_tool_call(ToolCall("nope", {}))
-    pre = roll(scripted([nope]), tokenizer, RolloutConfig(precheck="schema"))
+    pre = roll(scripted([nope]), tokenizer, eval_rules(precheck="schema"))
     assert pre.termination == Termination.REHEARSAL_ERROR and [g.role for g in pre.generations] == ["act"]
     # the old value: observed, ACT goes on
     old = roll(scripted([CALL, ERROR_REPLY, "Sorry."]), tokenizer,
-               RolloutConfig(terminate_on_rehearsal_error=False))
+               eval_rules(terminate_on_rehearsal_error=False))
     assert old.termination == Termination.FINAL_ANSWER and old.num_turns == 2
 
 
@@ -337,7 +338,7 @@ def test_two_user_turn_example_replays_the_second_turn(tokenizer, scripted) -> N
                                                  TokenRole.ACT, TokenRole.OBSERVATION, TokenRole.ACT]
     assert "Thanks!" in tokenizer.decode(traj.act_ids[: last.prompt_len])
     # the old value (and no user_turns): the episode ends at the first final answer
-    for kwargs, cfg in (({"user_turns": ["Thanks!"]}, RolloutConfig(replay_user_turns=False)), ({}, None),
+    for kwargs, cfg in (({"user_turns": ["Thanks!"]}, eval_rules(replay_user_turns=False)), ({}, None),
                         ({"user_turns": []}, None)):
         single = roll(scripted([CALL, RESULT, "It is 4 degrees."]), tokenizer, cfg, **kwargs)
         assert single.termination == Termination.FINAL_ANSWER and single.num_turns == 2
@@ -346,10 +347,10 @@ def test_two_user_turn_example_replays_the_second_turn(tokenizer, scripted) -> N
 
 def test_replay_counts_max_turns_over_the_dialogue(tokenizer, scripted) -> None:
     # max_turns=2: turn 0 answers user turn 0, turn 1 answers user turn 1; user turn 2 is never injected.
-    traj = roll(scripted(["A.", "B."]), tokenizer, RolloutConfig(max_turns=2), user_turns=["u1", "u2"])
+    traj = roll(scripted(["A.", "B."]), tokenizer, eval_rules(max_turns=2), user_turns=["u1", "u2"])
     assert traj.termination == Termination.MAX_TURNS and traj.num_turns == 2 and traj.user_turns == 2
     assert [m["content"] for m in traj.messages if m["role"] == "user"][1:] == ["u1"]
-    capped = roll(scripted(["A."]), tokenizer, RolloutConfig(max_user_turns=1), user_turns=["u1"])
+    capped = roll(scripted(["A."]), tokenizer, eval_rules(max_user_turns=1), user_turns=["u1"])
     assert capped.termination == Termination.MAX_TURNS and capped.num_turns == 1
 
 
@@ -358,21 +359,21 @@ def test_authors_turn_cap_is_checked_where_a_user_turn_ends(tokenizer, scripted)
     decides only whether the next user turn starts; max_env_steps bounds the episode. The default
     ("every_turn") ends the same episode at max_turns."""
     script = [CALL, RESULT, CALL, RESULT, CALL, RESULT, "It is 4 degrees."]
-    authors = RolloutConfig(max_turns=2, turn_cap="user_turn_end")
+    authors = eval_rules(max_turns=2, turn_cap="user_turn_end")
     traj = roll(scripted(script), tokenizer, authors, user_turns=["u1"])
     assert traj.termination == Termination.MAX_TURNS and traj.num_turns == 4 and traj.user_turns == 1
     assert [m["role"] for m in traj.messages].count("tool") == 3  # three calls inside user turn 0
-    ours = roll(scripted(script), tokenizer, RolloutConfig(max_turns=2), user_turns=["u1"])
+    ours = roll(scripted(script), tokenizer, eval_rules(max_turns=2), user_turns=["u1"])
     assert ours.termination == Termination.MAX_TURNS and ours.num_turns == 2
     # under the cap at the turn's end: the next user turn starts
-    goes_on = roll(scripted(script + ["B."]), tokenizer, RolloutConfig(max_turns=5, turn_cap="user_turn_end"),
+    goes_on = roll(scripted(script + ["B."]), tokenizer, eval_rules(max_turns=5, turn_cap="user_turn_end"),
                    user_turns=["u1"])
     assert goes_on.termination == Termination.FINAL_ANSWER and goes_on.user_turns == 2
     bounded = roll(scripted([CALL, RESULT] * 5), tokenizer,
-                   RolloutConfig(max_turns=2, turn_cap="user_turn_end", max_env_steps=3))
+                   eval_rules(max_turns=2, turn_cap="user_turn_end", max_env_steps=3))
     assert bounded.termination == Termination.MAX_TURNS and bounded.num_turns == 3
     with pytest.raises(ValueError, match="turn_cap"):
-        roll(scripted(["A."]), tokenizer, RolloutConfig(turn_cap="sometimes"))  # type: ignore[arg-type]
+        roll(scripted(["A."]), tokenizer, eval_rules(turn_cap="sometimes"))  # type: ignore[arg-type]
 
 
 def test_continue_dialogue_hook(tokenizer, scripted) -> None:
@@ -401,30 +402,30 @@ def test_per_generation_context_budget(tokenizer, scripted) -> None:
     prompt_len = len(render_chat(tokenizer, TASK, [WEATHER_TOOL], add_generation_prompt=True, tokenize=True))
     call_len = len(tokenizer.encode(CALL)) + 1
     texts = [CALL, RESULT, CALL, RESULT, "Done."]
-    cfg = RolloutConfig(context_budget="per_generation", max_prompt_tokens=10**6,
+    cfg = eval_rules(context_budget="per_generation", max_prompt_tokens=10**6,
                         max_response_tokens=call_len)
     backend = scripted(list(texts))
     traj = roll(backend, tokenizer, cfg)
     assert traj.termination == Termination.FINAL_ANSWER and traj.num_turns == 3
     assert [p["max_tokens"] for p in backend.params[::2]] == [call_len] * 3  # never reduced by what was used
     assert len(traj.act_ids) > prompt_len + call_len  # more than the 'episode' budget allows
-    episode = roll(scripted(list(texts)), tokenizer, RolloutConfig(max_prompt_tokens=10**6,
+    episode = roll(scripted(list(texts)), tokenizer, eval_rules(max_prompt_tokens=10**6,
                                                                     max_response_tokens=call_len))
     assert episode.termination == Termination.CONTEXT_LIMIT and episode.num_turns == 1
 
     # the context of the second ACT turn is over max_prompt_tokens: no second generation
     second_len = traj.generations[2].prompt_len
-    tight = roll(scripted(list(texts)), tokenizer, RolloutConfig(context_budget="per_generation",
+    tight = roll(scripted(list(texts)), tokenizer, eval_rules(context_budget="per_generation",
                                                                  max_prompt_tokens=second_len - 1))
     assert tight.termination == Termination.CONTEXT_LIMIT and tight.num_turns == 1
     assert [g.role for g in tight.generations] == ["act", "rehearse"]
 
     # a generation cut at max_response_tokens is parsed like any other (here: a final answer)
-    cut = roll(scripted(["x" * 200]), tokenizer, RolloutConfig(context_budget="per_generation",
+    cut = roll(scripted(["x" * 200]), tokenizer, eval_rules(context_budget="per_generation",
                                                                max_response_tokens=10))
     assert cut.termination == Termination.FINAL_ANSWER and len(cut.generations[0].response_ids) == 10
     with pytest.raises(ValueError, match="context_budget"):
-        roll(scripted(["A."]), tokenizer, RolloutConfig(context_budget="total"))  # type: ignore[arg-type]
+        roll(scripted(["A."]), tokenizer, eval_rules(context_budget="total"))  # type: ignore[arg-type]
 
 
 def test_replayed_user_turn_reaches_every_later_rehearsal(tokenizer, scripted) -> None:
@@ -433,7 +434,7 @@ def test_replayed_user_turn_reaches_every_later_rehearsal(tokenizer, scripted) -
     of the ACT context. rehearsal_v1 (ours before): the second user message never reached it."""
     texts = [CALL, RESULT, "It is 4 degrees.", CALL, RESULT, "Also 4."]
     for name in ("rehearsal_v2", "rehearsal_v1"):
-        cfg = None if name == "rehearsal_v2" else RolloutConfig(prompt_name=name)
+        cfg = None if name == "rehearsal_v2" else eval_rules(prompt_name=name)
         traj = roll(scripted(list(texts)), tokenizer, cfg, references=REFS, user_turns=["And in Bergen-XYZ?"])
         assert traj.termination == Termination.FINAL_ANSWER and traj.user_turns == 2
         reh = [g for g in traj.generations if g.role == "rehearse"]

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from envace.core.rollout import RolloutConfig
 from envace.core.tools import ToolCall
 from envace.core.tts import (
     EVAL_FALLBACK_FEEDBACK,
@@ -19,7 +18,7 @@ from envace.core.tts import (
     run_tts,
 )
 from envace.serve.tiny_model import HFGenerateBackend, tiny_model_and_tokenizer
-from tests.fixtures import CALL, ScriptedBackend, SpyEpisode
+from tests.fixtures import CALL, ScriptedBackend, SpyEpisode, eval_rules
 from tests.fixtures import TtsTask as Task
 
 TASK = Task(system="You are a weather assistant.", first_user="What is the weather in Paris?")
@@ -37,7 +36,7 @@ def _run(tokenizer: Any, mode: str, rehearser_texts: list[str], actor_texts: lis
     rehearser = ScriptedBackend(tokenizer, rehearser_texts, name="rehearser", log=log)
     actor = ScriptedBackend(tokenizer, actor_texts, name="actor", log=log)
     episode = SpyEpisode(log, replies)
-    config = TTSConfig(mode=mode, n=n, rollout=RolloutConfig(max_turns=4), **cfg)
+    config = TTSConfig(mode=mode, n=n, rollout=eval_rules(max_turns=4), **cfg)
     result = asyncio.run(run_tts(task, episode, actor=actor, actor_tokenizer=tokenizer, rehearser=rehearser,
                                  rehearser_tokenizer=tokenizer, config=config))
     assert not rehearser.texts and not actor.texts, "every scripted reply must be consumed"
@@ -241,7 +240,7 @@ def test_tiny_model_is_deterministic():
 
     def once() -> dict[str, Any]:
         log: list[tuple[str, Any]] = []
-        rollout = RolloutConfig(max_turns=2, act_sampling={"temperature": 1.0, "max_tokens": 16},
+        rollout = eval_rules(max_turns=2, act_sampling={"temperature": 1.0, "max_tokens": 16},
                                 rehearse_sampling={"temperature": 1.0, "max_tokens": 12})
         config = TTSConfig(mode="sequential", n=2, attempt_max_tokens=16, memory_max_tokens=12,
                            eval_max_tokens=12, rollout=rollout)
@@ -290,7 +289,8 @@ def test_environment_error_in_commit_is_a_failed_sample_with_the_record(tokenize
         rehearser_tokenizer=tokenizer, config=TTSConfig(mode="sequential", n=1)))
     fields = result.fields
     assert fields["status"] == "failed" and fields["score"] == 0.0
-    assert fields["reason"] == "RuntimeError: environment bug"
+    assert fields["reason"] == "episode: RuntimeError: environment bug"
+    assert fields["extra"]["exception"] == {"type": "RuntimeError", "where": "episode"}
     assert result.record.memory.startswith("MEMORY-TEXT")
 
 
@@ -334,7 +334,7 @@ def test_commit_in_a_real_bfcl_episode_scores_like_the_gold_replay(tmp_path, mon
 
     adapter = BfclMultiTurnAdapter()
     tok = CharTokenizer()
-    roomy = RolloutConfig(max_turns=200, max_prompt_tokens=10**7, max_response_tokens=10**7,
+    roomy = eval_rules(max_turns=200, max_prompt_tokens=10**7, max_response_tokens=10**7,
                           act_sampling={"max_tokens": 10**6})
     for task in adapter.load_tasks(["multi_turn_base"], 2):
         log: list[str] = []

@@ -116,9 +116,12 @@ def test_1_the_writer_replaces_and_records_what_utf8_cannot_carry(tmp_path: Path
     assert len(lines) == 3 and all(x["status"] == "ok" for x in lines)
     assert lines[0]["json_repairs"] == {"lone_surrogates": 1} and lines[0]["extra"]["echo"] == "caf\ufffd"
     failing = _Adapter(fail="no file caf\udce9 or \udc80")  # an exception message is the failure reason
-    lines = read_results(_run(failing, tmp_path / "f.jsonl", [PING, "done"])).lines
+    res = read_results(_run(failing, tmp_path / "f.jsonl", [PING, "done"]))
+    lines = res.lines
     assert [x["status"] for x in lines] == ["failed"] * 3
-    assert lines[0]["reason"] == "RuntimeError: no file caf\ufffd or \ufffd"
+    assert lines[0]["reason"] == "episode: RuntimeError: no file caf\ufffd or \ufffd"
+    assert lines[0]["extra"] == {"exception": {"type": "RuntimeError", "where": "episode"}}
+    assert res.manifest["counts"] == {"failed": 3, "exceptions": 3}  # told apart from a model's failures
     assert lines[0]["json_repairs"] == {"lone_surrogates": 2}
     for bad in (float("nan"), 1.5, "high"):  # a scorer's bad sub-score: a failed sample, the run goes on
         out = tmp_path / f"s{bad}.jsonl"

@@ -120,7 +120,8 @@ def test_aggregate_summary(tmp_path: Path) -> None:
         run_cli(["aggregate", *BASE, "--model", "envace_1p7b", "--benchmark", "tau2", "--out", str(out)]) == 0
     )
     s = json.loads(out.read_text())
-    assert s["n_failed"] == 1 and s["n_tasks"] == 6 and s["n_samples"] == 24 and s["avg_at_k"] == 2
+    assert s["n_failed"] == 1 and s["n_exceptions"] == 0
+    assert s["n_tasks"] == 6 and s["n_samples"] == 24 and s["avg_at_k"] == 2
     assert s["group_means"] == pytest.approx(hand_mean("eval", "envace_1p7b", "tau2", [0, 1]))
     assert s["provenance"]["manifests"][0]["git_commit"].endswith("example")
     fin = tmp_path / "fin.json"

@@ -93,6 +93,7 @@ def test_csv_text_and_path() -> None:
         _stats("overall", None, None, 0.0, 0, 0, missing="tau2: no manifest"),
     ]
     rows[0] = dataclasses.replace(rows[0], setting="parallel_n3_envace")
+    rows[1] = dataclasses.replace(rows[1], setting="no_tts")
     text = csv_text(rows, "HEADER")
     assert text.startswith("# HEADER\n")
     parsed = list(csv.DictReader(text.splitlines()[1:]))
@@ -100,6 +101,7 @@ def test_csv_text_and_path() -> None:
     assert parsed[0]["final_context_tokens_mean"] == "1234.6"
     assert parsed[0]["final_context_tokens_max"] == "1500"
     assert parsed[1]["final_context_tokens_mean"] == "" and parsed[1]["missing"] == "tau2: no manifest"
+    assert (parsed[1]["mode"], parsed[1]["n"], parsed[1]["rehearser"]) == ("no_tts", "", "")
     assert csv_path("figures/fig6_tts_vs_n.pdf") == Path("figures/fig6_tts_vs_n_context.csv")
 
 

@@ -88,8 +88,9 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 from verl.utils.import_utils import load_extern_object
 
+from envace.common.settings import EPISODE_DEFAULTS
 from envace.core.reward import reward_rules_from_env
-from envace.core.rollout import Mode, RolloutConfig, Trajectory, run_rollout
+from envace.core.rollout import Mode, RolloutConfig, Trajectory, run_rollout, template_kwargs
 
 __all__ = [
     "ServerManagerBackend",
@@ -204,17 +205,18 @@ def rollout_config_from(
 ) -> RolloutConfig:
     """Our :class:`RolloutConfig` from the ``envace`` section and verl's rollout config.
 
-    ``max_turns`` / ``precheck`` / ``mode`` / ``terminate_on_rehearsal_malformed`` /
-    ``terminate_on_rehearsal_error`` (default true) / ``replay_user_turns`` (default true) /
-    ``context_budget`` (default ``per_generation``) / ``rehearsal_prompt`` (default ``rehearsal_v2``) /
-    ``turn_cap`` (default ``user_turn_end``) / ``max_env_steps`` (default 200) come from ``envace``;
+    ``max_turns`` / ``precheck`` / ``mode`` and the episode rules (``terminate_on_rehearsal_malformed``,
+    ``terminate_on_rehearsal_error``, ``replay_user_turns``, ``context_budget``, ``rehearsal_prompt``,
+    ``turn_cap``, ``max_env_steps``, ``rehearse_max_tokens``; set by
+    :mod:`envace.train.verl_ext.compose` from ``training.runs.<run>.episode``, a missing one taking
+    :data:`envace.common.settings.EPISODE_DEFAULTS`) come from ``envace``;
     ``parameters_key`` from ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers'
     copy); the context limits from verl's ``rollout.prompt_length`` / ``response_length``; sampling
     (temperature, top_p) from verl's per-sample ``sampling_params`` (which already hold the validation
     values when validating); an external simulator's replies (``external_simulator``) take
     ``envace.simulator.temperature`` / ``.top_p`` over them where set. Chat-template arguments: verl's
-    ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``), then ``envace.template_kwargs``
-    on top.
+    ``data.apply_chat_template_kwargs`` (e.g. ``enable_thinking: false``; without ``enable_thinking``,
+    the default rule's), then ``envace.template_kwargs`` on top.
     """
     sampling = {k: sampling_params[k] for k in ("temperature", "top_p") if k in sampling_params}
     mode = Mode(envace_cfg.get("mode", "rehearsal"))
@@ -225,7 +227,13 @@ def rollout_config_from(
     else:
         rehearse = sampling
     response_length = int(rollout_cfg.response_length)
-    budget = str(envace_cfg.get("context_budget", "per_generation"))
+    def rule(key: str) -> Any:
+        return envace_cfg.get(key, EPISODE_DEFAULTS[key])
+
+    chat = dict(chat_template_kwargs or {})
+    if "enable_thinking" not in chat:  # verl's data.apply_chat_template_kwargs left it out
+        chat.update(template_kwargs(bool(EPISODE_DEFAULTS["enable_thinking"])))
+    budget = str(rule("context_budget"))
     if budget not in ("per_generation", "episode"):
         raise ValueError(f"envace.context_budget must be per_generation or episode, got {budget!r}")
     return RolloutConfig(
@@ -235,17 +243,17 @@ def rollout_config_from(
         max_response_tokens=response_length,
         max_rehearse_context_tokens=int(rollout_cfg.prompt_length) + response_length,
         act_sampling={**sampling, "max_tokens": response_length},
-        rehearse_sampling={**rehearse, "max_tokens": int(envace_cfg.get("rehearse_max_tokens", 2048))},
+        rehearse_sampling={**rehearse, "max_tokens": int(rule("rehearse_max_tokens"))},
         precheck=envace_cfg.get("precheck", "none"),
-        terminate_on_rehearsal_malformed=bool(envace_cfg.get("terminate_on_rehearsal_malformed", True)),
-        terminate_on_rehearsal_error=bool(envace_cfg.get("terminate_on_rehearsal_error", True)),
-        replay_user_turns=bool(envace_cfg.get("replay_user_turns", True)),
+        terminate_on_rehearsal_malformed=bool(rule("terminate_on_rehearsal_malformed")),
+        terminate_on_rehearsal_error=bool(rule("terminate_on_rehearsal_error")),
+        replay_user_turns=bool(rule("replay_user_turns")),
         context_budget=budget,
-        prompt_name=str(envace_cfg.get("rehearsal_prompt", "rehearsal_v2")),
-        turn_cap=str(envace_cfg.get("turn_cap", "user_turn_end")),
-        max_env_steps=int(envace_cfg.get("max_env_steps", 200)),
+        prompt_name=str(rule("rehearsal_prompt")),
+        turn_cap=str(rule("turn_cap")),
+        max_env_steps=int(rule("max_env_steps")),
         parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)
-        template_kwargs={**dict(chat_template_kwargs or {}), **dict(envace_cfg.get("template_kwargs", {}))},
+        template_kwargs={**chat, **dict(envace_cfg.get("template_kwargs", {}))},
     )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.common.config import episode_rules
+from envace.common.settings import training_loggers
 from envace.train.verl_ext.per_role import split_nodes
 
 __all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides",
@@ -48,6 +49,8 @@ def _fmt(value: Any) -> str:
         return "true" if value else "false"
     if value is None:
         return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_fmt(v) for v in value) + "]"
     return str(value)
 
 
@@ -95,6 +98,7 @@ def run_overrides(
         "trainer.nnodes": r["nodes"],
         "trainer.n_gpus_per_node": r["gpus_per_node"],
         "trainer.experiment_name": run,
+        "trainer.logger": training_loggers(cfg["training"]),  # training.loggers
         "envace.precheck": r.get("precheck", "none"),
         "envace.roles": r.get("roles", "shared"),
         "envace.mode": "external_simulator" if r.get("algorithm") == "grpo" else "rehearsal",

@@ -1,0 +1,84 @@
+"""Typed settings read once from the validated config.
+
+:class:`TTSSetting` is a test-time-scaling setting, the one place its id (``no_tts``,
+``{mode}_n{N}_{rehearser}``, e.g. ``parallel_n2_envace``) is written and read. The config's rehearser
+names cannot hold ``_`` (the schema's ``tts.rehearsers`` key pattern), so an id reads back one way.
+
+:data:`EPISODE_DEFAULTS` are the training episode rules a run gets for a key its
+``training.runs.<run>.episode`` block omits; they are read from the schema's ``x-default`` values
+(``envace/schemas/config.schema.yaml``), so the documented default and the applied one are one value (an
+``x-`` keyword: Snakemake's ``validate`` fills a plain ``default`` into the config, which would rewrite the
+runs' spec files and re-train them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+TTSMode = Literal["parallel", "sequential"]
+NO_TTS = "no_tts"
+_ID = re.compile(r"(parallel|sequential)_n([1-9][0-9]*)_([a-z0-9]+)")
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+@dataclass(frozen=True)
+class TTSSetting:
+    """One test-time-scaling setting: ``mode`` with ``n`` private rehearsals by ``rehearser`` (a key of
+    ``tts.rehearsers``); ``mode=None`` is no test-time scaling (``no_tts``: one real episode)."""
+
+    mode: TTSMode | None = None
+    n: int = 0
+    rehearser: str = ""
+
+    @classmethod
+    def parse(cls, setting: str) -> TTSSetting:
+        """``"parallel_n2_envace"`` -> ``TTSSetting("parallel", 2, "envace")``; ``"no_tts"`` -> no TTS.
+        Raises ``ValueError`` naming the id for anything else."""
+        if setting == NO_TTS:
+            return cls()
+        match = _ID.fullmatch(setting)
+        if match is None:
+            raise ValueError(f"not a TTS setting id: {setting!r} (expected {NO_TTS} or "
+                             "{parallel|sequential}_n{N}_{rehearser}, rehearser in [a-z0-9]+)")
+        return cls(match[1], int(match[2]), match[3])  # type: ignore[arg-type]
+
+    @property
+    def is_tts(self) -> bool:
+        """False for ``no_tts``."""
+        return self.mode is not None
+
+    def __str__(self) -> str:
+        return f"{self.mode}_n{self.n}_{self.rehearser}" if self.is_tts else NO_TTS
+
+
+def tts_settings(tts: dict[str, Any]) -> list[TTSSetting]:
+    """Every setting of a ``tts`` config block: no TTS, then mode x n x rehearser in config order."""
+    return [TTSSetting()] + [TTSSetting(mode, int(n), rehearser) for mode in tts["modes"] for n in tts["n"]
+                             for rehearser in tts["rehearsers"]]
+
+
+def _episode_defaults() -> dict[str, Any]:
+    """The ``x-default`` of each property of ``training.runs.<run>.episode`` in the schema."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    props = schema["$defs"]["training_run"]["properties"]["episode"]["properties"]
+    missing = sorted(k for k, p in props.items() if "x-default" not in p)
+    if missing:
+        raise RuntimeError(f"{SCHEMA}: training run episode keys without a default: {missing}")
+    return {key: prop["x-default"] for key, prop in props.items()}
+
+
+#: Training episode rules for keys a run's ``episode`` block omits (the schema's defaults).
+EPISODE_DEFAULTS: dict[str, Any] = _episode_defaults()
+
+
+def training_loggers(training: dict[str, Any]) -> list[str]:
+    """verl's ``trainer.logger`` for every run: ``training.loggers``, else the schema's ``x-default``."""
+    if "loggers" in training:
+        return list(training["loggers"])
+    training_schema = yaml.safe_load(SCHEMA.read_text())["properties"]["training"]
+    return list(training_schema["properties"]["loggers"]["x-default"])
