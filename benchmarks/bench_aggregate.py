@@ -2,7 +2,9 @@
 
 Builds a synthetic result set — 11 models x 4 benchmarks (bfcl_v4, tau2, vitabench, finmcp) x 4 runs x
 1,000 tasks, one sample per task and run — with :func:`envace.common.results.write_results` in a temporary
-directory, then times separately: reading and checking every file into task x run matrices
+directory (FinMCP lines as :class:`envace.bench.finmcp.FinMcpEpisode` scores them: tool-name counts TP / FP /
+FN in ``extra``, ``tp`` / ``tr`` / ``tf1`` derived from them, score ``tf1``; the report's micro average
+reads the counts), then times separately: reading and checking every file into task x run matrices
 (:func:`envace.report.evaluations.load_evaluation`), and the bootstrap of all 44 (model, benchmark) cells
 plus the 11 benchmark-stratified Table 1 Overall cells with 10,000 resamples each.
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from envace.bench.finmcp import sample_metrics, tool_counts
 from envace.common.config import eval_hash, load_config
 from envace.common.results import eval_path, write_results
 from envace.common.stats import bootstrap_mean, bootstrap_stratified_mean
@@ -39,16 +42,32 @@ def synthetic_config() -> dict:
     return cfg
 
 
+def finmcp_sample(rng: np.random.Generator, n_gold: int, p: float) -> dict:
+    """``score``, ``subscores`` and ``extra`` of one FinMCP sample: the agent calls each of the ``n_gold``
+    gold tools with probability ``p`` and makes up to two calls of a tool outside the gold list."""
+    gold = [f"tool_{i}" for i in range(n_gold)]
+    pred = [name for name in gold if rng.random() < p] + ["other_tool"] * int(rng.binomial(2, 1 - p))
+    tp, fp, fn = tool_counts(pred, gold)
+    metrics = sample_metrics(pred, gold)
+    return {"score": metrics["tf1"], "subscores": metrics,
+            "extra": {"TP": tp, "FP": fp, "FN": fn, "pred_tools": pred, "gold_tools": gold}}
+
+
 def write_set(cfg: dict, root: Path, n_tasks: int) -> None:
+    """Every (model, benchmark, seed) result file of ``cfg`` under ``root``, ``n_tasks`` tasks each."""
     rng = np.random.default_rng(0)
     for model in cfg["models"]:
         skill = rng.uniform(0.1, 0.6)
         for bench in BENCHMARKS:
             splits = cfg["benchmarks"][bench]["splits"]
-            fin = bench == "finmcp"
             difficulty = rng.beta(2, 2, n_tasks)
+            n_gold = rng.integers(1, 7, n_tasks)  # FinMCP: gold tool calls of each task
+            p = np.clip(skill + 0.5 - difficulty, 0, 1)
             for seed in SEEDS:
-                scores = (rng.random(n_tasks) < np.clip(skill + 0.5 - difficulty, 0, 1)).astype(float)
+                if bench == "finmcp":
+                    samples = [finmcp_sample(rng, int(n_gold[t]), float(p[t])) for t in range(n_tasks)]
+                else:
+                    samples = [{"score": float(s), "subscores": {}} for s in rng.random(n_tasks) < p]
                 lines = [
                     {
                         "benchmark": bench,
@@ -56,12 +75,11 @@ def write_set(cfg: dict, root: Path, n_tasks: int) -> None:
                         "task_id": f"t{t:05d}",
                         "sample": 0,
                         "seed": seed,
-                        "score": float(s),
-                        "subscores": {"tp": float(s), "tr": float(s), "tf1": float(s)} if fin else {},
                         "status": "ok",
                         "reason": None,
+                        **sample,
                     }
-                    for t, s in enumerate(scores)
+                    for t, sample in enumerate(samples)
                 ]
                 write_results(
                     eval_path(root, model, bench, seed),
@@ -76,11 +94,11 @@ def write_set(cfg: dict, root: Path, n_tasks: int) -> None:
                 )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--tasks", type=int, default=1000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cfg = synthetic_config()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

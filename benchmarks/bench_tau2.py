@@ -19,11 +19,11 @@ from envace.bench.tau2 import data as tau2_data
 from envace.bench.tau2 import gold as tau2_gold
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="tasks per domain (default: all)")
     parser.add_argument("--domains", nargs="+", default=list(tau2_data.DOMAINS), choices=tau2_data.DOMAINS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     wall, cpu = time.perf_counter(), time.process_time()
     tau2_adapter.Tau2Adapter().load_tasks(args.domains, args.limit)

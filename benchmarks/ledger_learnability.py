@@ -59,7 +59,7 @@ def fidelity(model: torch.nn.Module, tokenizer, tasks: list, template: str) -> s
     return f"{exact('balance'):.3f} / {exact('transfer'):.3f} / {f1:.3f}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1000, help="SFT steps")
     ap.add_argument("--eval-at", default="250,500,750,1000", help="comma-separated steps to evaluate at")
@@ -86,7 +86,7 @@ def main() -> None:
                          "match of balance calls / of transfer calls, and mean field F1")
     ap.add_argument("--init", help="start from this saved model and tokenizer (default: a fresh tiny model)")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(2)
     ledger = {"seed": 0, "n_train": args.n_train, "n_test": 32, "show_balances": args.show_balances}
     adapter = LedgerAdapter({"ledger": ledger})

@@ -96,7 +96,8 @@ def held_out(model_dir: str, args: argparse.Namespace) -> dict[str, dict[str, li
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="warm-started HF model folder (with its tokenizer)")
     ap.add_argument("--out", required=True, help="working folder (config, data, checkpoints, results)")
@@ -124,7 +125,28 @@ def main() -> None:
                     help="training = render the held-out chats as the training rollouts do (enable_thinking="
                          "False, the run's episode.enable_thinking); default = the template's default (stop "
                          "22/23 measured with it: RL then trains one rendering and is scored on another)")
-    args = ap.parse_args()
+    return ap
+
+
+def gains(scores: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, dict[str, float]]:
+    """Per metric of :func:`held_out`: the ``base`` and ``trained`` means over tasks and the paired bootstrap
+    interval of the difference (``diff``, ``low``, ``high``; same tasks)."""
+    import numpy as np
+
+    from envace.train.heldout import paired_gain
+
+    out = {}
+    for metric in scores["base"]:
+        after, before = scores["trained"][metric], scores["base"][metric]
+        gain = paired_gain(after, before, resamples=2000)
+        out[metric] = {"base": float(np.mean([np.mean(v) for v in before.values()])),
+                       "trained": float(np.mean([np.mean(v) for v in after.values()])),
+                       "diff": gain.point, "low": gain.low, "high": gain.high}
+    return out
+
+
+def main() -> None:
+    args = parser().parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     config = write_config(args, out)
@@ -138,23 +160,14 @@ def main() -> None:
     envace("train", "--config", str(config), "--run", RUN, "--checkpoint-dir", str(out / "ckpt"),
            "--done", str(out / "done.json"), "--data", str(parquet), log=out / "train.log")
     trained = str(out / f"ckpt/global_step_{args.steps}/actor/huggingface")
-    import numpy as np
     import torch
-
-    from envace.train.heldout import paired_gain
 
     torch.set_num_threads(2)
     scores = {}
     for name, path in (("base", str(args.base)), ("trained", trained)):
         scores[name] = held_out(path, args)
         (out / f"scores_{name}.json").write_text(json.dumps(scores[name]))
-    result: dict = {"args": vars(args)}
-    for metric in scores["base"]:
-        after, before = scores["trained"][metric], scores["base"][metric]
-        gain = paired_gain(after, before, resamples=2000)
-        result[metric] = {"base": float(np.mean([np.mean(v) for v in before.values()])),
-                          "trained": float(np.mean([np.mean(v) for v in after.values()])),
-                          "diff": gain.point, "low": gain.low, "high": gain.high}
+    result: dict = {"args": vars(args), **gains(scores)}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 

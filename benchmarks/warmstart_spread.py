@@ -28,8 +28,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def build(out: Path, seed: int, args: argparse.Namespace) -> tuple[Path, float]:
-    """One warm start of the overlay's curriculum into ``out/seed<seed>``; returns (folder, seconds)."""
+def write_config(out: Path, seed: int, args: argparse.Namespace) -> Path:
+    """``config/smoke.yaml`` with the overlay's ledger and its warm-start curriculum on ``out``'s ledger
+    records, seed ``seed`` and the ``--lr-scale`` / ``--last-steps`` changes, written as
+    ``out/config_seed<seed>.yaml`` (what ``envace tiny-model --config`` reads)."""
     overlay = yaml.safe_load((REPO / "config/smoke_ledger.yaml").read_text())
     cfg = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
     cfg["benchmarks"]["ledger"] = overlay["benchmarks"]["ledger"]
@@ -41,6 +43,13 @@ def build(out: Path, seed: int, args: argparse.Namespace) -> tuple[Path, float]:
     cfg["tiny_model"] = {"seed": seed, "warmstart": stages}
     config = out / f"config_seed{seed}.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return config
+
+
+def build(out: Path, seed: int, args: argparse.Namespace) -> tuple[Path, float]:
+    """One warm start of the overlay's curriculum into ``out/seed<seed>``; returns (folder, seconds)."""
+    config = write_config(out, seed, args)
+    records = out / "ledger_train.jsonl"
     envace = str(REPO / ".venv/bin/envace")
     if not records.is_file():
         subprocess.run([envace, "ledger-records", "--config", str(config), "--out", str(records)], check=True,
@@ -53,30 +62,40 @@ def build(out: Path, seed: int, args: argparse.Namespace) -> tuple[Path, float]:
     return folder, time.perf_counter() - t0
 
 
-def success(folder: Path, samples: int) -> float:
-    """Mean held-out success of the build (the learning test's base measurement)."""
+def ledger_spec() -> dict:
+    """The overlay's ``benchmarks.ledger.ledger`` with the balances not stated: the held-out tasks."""
+    overlay = yaml.safe_load((REPO / "config/smoke_ledger.yaml").read_text())
+    return {**overlay["benchmarks"]["ledger"]["ledger"], "show_balances": False}
+
+
+def success(folder: Path, samples: int, ledger: dict) -> float:
+    """Mean held-out success of the build on the test split of ``ledger`` (the learning test's base
+    measurement)."""
     import torch
 
     from envace.bench.ledger import LedgerAdapter
     from envace.train.heldout import load_model, task_success
 
     torch.set_num_threads(2)
-    overlay = yaml.safe_load((REPO / "config/smoke_ledger.yaml").read_text())
-    ledger = {**overlay["benchmarks"]["ledger"]["ledger"], "show_balances": False}
     model, tokenizer = load_model(str(folder))
     lines = task_success(model, tokenizer, LedgerAdapter({"ledger": ledger}), samples=samples,
                          temperature=0.6, seed=0, enable_thinking=False)
     return statistics.mean(x["score"] for x in lines)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path, help="working folder")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated tiny_model.seed values")
     ap.add_argument("--lr-scale", type=float, default=1.0, help="multiply every stage's learning rate")
     ap.add_argument("--last-steps", type=int, help="steps of the last stage (default: the overlay's)")
     ap.add_argument("--samples", type=int, default=4, help="samples per held-out task")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     print("| seed | lr scale | last stage steps | build s | final loss | held-out success |")
@@ -84,7 +103,7 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         folder, seconds = build(args.out, seed, args)
         done = json.loads((folder / "done.json").read_text())
-        rate = success(folder, args.samples)
+        rate = success(folder, args.samples, ledger_spec())
         rows.append(rate)
         print(f"| {seed} | {args.lr_scale} | {done['warmstart'][-1]['steps']} | {seconds:.0f} | "
               f"{done['warmstart'][-1]['loss_last']:.3f} | {rate:.3f} |", flush=True)

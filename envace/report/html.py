@@ -1,13 +1,17 @@
 """``envace report-html``: the reproduction report, one self-contained HTML page a reviewer reads.
 
-Implemented: a page that holds, in this order, a "what ran where" paragraph, provenance (scale, report
-and results commits, config hash, seeds, bootstrap, every package version the results recorded), Tables
-1-3, Figures 3-6, the rehearsal-fidelity table and figure, and the paper diff with its claims. Tables,
-fidelity table and diff are the Markdown files the DAG writes (rendered with ``markdown``'s ``tables``
-extension, so the page shows exactly what those files say); figures are the PNGs written beside each
-figure PDF, embedded as ``data:`` URIs, so the page is one file that opens anywhere (mail, CI artefact, a
-laptop without the results folder). Provenance and the paragraph come from ``paper_diff.json``'s header
-and the training done-files (``results/train/<run>/done.json``: trainer, last step, versions).
+Implemented: a page that reads top-down for a reviewer: the verdict (each of the paper's claims with its
+status and paired intervals, the counts of cell statuses, the learning check), Figures 3-6 and the
+rehearsal-fidelity figure, Tables 1-3 and the fidelity table, every paper cell (those with a value of
+ours as a table, the MISSING ones as one line per reason), then a "what ran where" paragraph and
+provenance (scale, report and results commits, config hash, seeds, bootstrap, every package version the
+results recorded). Verdict and cells come from ``paper_diff.json`` (the same command writes
+``paper_diff.md`` from the same data); the tables are the Markdown files the DAG writes (rendered with
+``markdown``'s ``tables`` extension, so the page shows exactly what those files say); figures are the PNGs
+written beside each figure PDF, embedded as ``data:`` URIs, so the page is one file that opens anywhere
+(mail, CI artefact, a laptop without the results folder). Provenance and the paragraph come from
+``paper_diff.json``'s header and the training done-files (``results/train/<run>/done.json``: trainer,
+last step, versions).
 
 The page runs one script on ``load``: it writes the number of figures that decoded
 (``naturalWidth > 0``) and the number of tables into ``<body data-figures-loaded data-figures
@@ -38,7 +42,14 @@ th { background: #f3f3f3; }
 img { max-width: 100%; border: 1px solid #eee; }
 .scale { display: inline-block; padding: 0.1em 0.6em; background: #b00; color: #fff; font-weight: bold; }
 section { margin-bottom: 2em; }
+td.good { background: #dff0d8; } td.bad { background: #f8d7da; } td.open { background: #f3f3f3; }
 """
+
+#: status -> cell class: green for a claim supported or a rise, red for a refuted claim, a missing rise
+#: or a paper value outside our interval, grey for what the data cannot decide
+_STATUS_CLASS = {"SUPPORTED": "good", "RISES": "good", "EXACT": "good", "WITHIN_CI": "good",
+                 "REFUTED": "bad", "NO_RISE": "bad", "OUTSIDE_CI": "bad",
+                 "INCONCLUSIVE": "open", "MISSING": "open", "NO_PAPER_VALUE": "open"}
 
 _SCRIPT = """
 window.addEventListener('load', function () {
@@ -57,8 +68,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="Markdown tables in page order (Tables 1-3, then the fidelity table)")
     p.add_argument("--figures", nargs="+", required=True, metavar="PDF",
                    help="figure PDFs in page order; the PNG beside each is embedded")
-    p.add_argument("--diff-md", required=True, help="paper_diff.md (cells and claims)")
-    p.add_argument("--diff-json", required=True, help="paper_diff.json (its header gives the provenance)")
+    p.add_argument("--diff-json", required=True,
+                   help="paper_diff.json: claims, cells, the learning check and the provenance header")
     p.add_argument("--train-dir", required=True, help="results/<scale>/train: one done.json per run")
     p.add_argument("--out", required=True, help="the HTML page (written to a temp file, then renamed)")
     p.set_defaults(func=run)
@@ -118,25 +129,90 @@ def _provenance(header: dict[str, Any]) -> str:
     return f"<table>{body}</table>"
 
 
-def build_page(tables: list[Path], figures: list[Path], diff_md: Path, diff_json: Path,
-               train_dir: Path) -> str:
-    header = json.loads(diff_json.read_text())["header"]
-    scale = html.escape(str(header.get("scale", "")))
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _td(value: Any) -> str:
+    css = _STATUS_CLASS.get(str(value))
+    return f"<td class='{css}'>{_e(value)}</td>" if css else f"<td>{_e(value)}</td>"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    cells = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows)
+    return "<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + f"</tr>{cells}</table>"
+
+
+def _interval(c: dict[str, Any]) -> str:
+    """``+1.2 [-0.3, +2.5]`` (``(degenerate)`` when every resample gave the same value)."""
+    text = f"{c['point']:+.1f} [{c['ci_low']:+.1f}, {c['ci_high']:+.1f}]"
+    return text + (" (degenerate)" if c.get("degenerate") else "")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{status} {n}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def verdict(diff: dict[str, Any]) -> str:
+    """The page's opening: the claims with their status and paired intervals, the cell-status counts and,
+    where the config has one, the learning check (trained - base per model)."""
+    claims = [[c["text"] + f" ({c['id']})", c["status"],
+               "; ".join(f"{x['comparison']}: {_interval(x)}" for x in c["comparisons"]) or "—"]
+              for c in diff["claims"]]
+    parts = [f"<p>Claims: {_e(_counts(diff['claim_counts']))}. Paper cells: {_e(_counts(diff['counts']))}."
+             "</p>", _table(["claim", "status", "paired difference (ours - compared), 95% interval"], claims)]
+    learning = diff.get("learning") or []
+    if learning:
+        rows = [[x["model"], x["benchmark"], x.get("training_seed", "—"), f"{x['base']:.1f}",
+                 f"{x['trained']:.1f}", _interval(x), x["status"]] for x in learning]
+        parts += ["<h3>Learning check: trained - base on our benchmarks</h3>",
+                  _table(["model", "benchmark", "training seed", "base", "trained", "trained - base",
+                          "status"], rows)]
+    return "".join(parts)
+
+
+def cells(entries: list[dict[str, Any]]) -> str:
+    """Every paper cell with a value of ours as a table; the MISSING cells as one line per reason."""
+    def num(e: dict[str, Any], key: str) -> str:
+        return "—" if e[key] is None else f"{e[key]:.{e.get('decimals', 2)}f}"
+
+    shown = [[e["table"], e["row"], e["column"], num(e, "paper"), num(e, "ours"),
+              "—" if e["ci_low"] is None else f"[{num(e, 'ci_low')}, {num(e, 'ci_high')}]"
+              + (" (degenerate)" if e.get("degenerate") else ""),
+              num(e, "delta"), e["status"], e["note"] or ""]
+             for e in entries if e["status"] != "MISSING"]
+    missing: dict[str, list[str]] = {}
+    for e in entries:
+        if e["status"] == "MISSING":
+            reason = e["note"] or "no result of ours for this cell"
+            missing.setdefault(reason, []).append(f"{e['table']} {e['row']} {e['column']}")
+    lines = "".join(f"<li>MISSING, {_e(reason)}: {len(where)} cell{'s' if len(where) > 1 else ''} "
+                    f"({_e('; '.join(where))})</li>" for reason, where in missing.items())
+    return (_table(["table", "row", "column", "paper", "ours", "95% CI", "delta", "status", "note"], shown)
+            + (f"<ul>{lines}</ul>" if lines else ""))
+
+
+def build_page(tables: list[Path], figures: list[Path], diff_json: Path, train_dir: Path) -> str:
+    """The page, top-down for a reviewer: verdict, figures, tables, every paper cell, provenance."""
+    diff = json.loads(diff_json.read_text())
+    header = diff["header"]
+    scale = _e(header.get("scale", ""))
     parts = [f"<h1>EnvACE reproduction report <span class='scale'>{scale}</span></h1>",
-             f"<section><h2>What ran where</h2><p>{html.escape(what_ran_where(header, _runs(train_dir)))}"
-             "</p></section>",
-             f"<section><h2>Provenance</h2>{_provenance(header)}</section>",
-             "<section><h2>Tables</h2>" + "".join(_markdown(t) for t in tables) + "</section>",
+             f"<p><em>{_e(diff.get('header_line', ''))}</em></p>",
+             f"<section><h2>Verdict</h2>{verdict(diff)}</section>",
              "<section><h2>Figures</h2>" + "".join(_figure(f) for f in figures) + "</section>",
-             f"<section><h2>Against the paper</h2>{_markdown(diff_md)}</section>"]
+             "<section><h2>Tables</h2>" + "".join(_markdown(t) for t in tables) + "</section>",
+             f"<section><h2>Every paper cell</h2>{cells(diff['entries'])}</section>",
+             f"<section><h2>What ran where</h2><p>{_e(what_ran_where(header, _runs(train_dir)))}</p>"
+             f"<h3>Provenance</h3>{_provenance(header)}</section>"]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>EnvACE reproduction report"
             f"</title><style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
             + "".join(parts) + "</body></html>")
 
 
 def run(args: argparse.Namespace) -> int:
-    page = build_page([Path(t) for t in args.tables], [Path(f) for f in args.figures], Path(args.diff_md),
-                      Path(args.diff_json), Path(args.train_dir))
+    page = build_page([Path(t) for t in args.tables], [Path(f) for f in args.figures], Path(args.diff_json),
+                      Path(args.train_dir))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, page)

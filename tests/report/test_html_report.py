@@ -10,6 +10,7 @@ bytes that are no image do not).
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -43,7 +44,7 @@ def build(inputs: dict[str, Path], out: Path, figures_dir: Path | None = None) -
     d, figs = inputs["dir"], figures_dir or inputs["dir"]
     argv = ["report-html", "--tables", *[str(d / f"table{i}.md") for i in (1, 2, 3)],
             "--figures", *[str(figs / f"{f}.pdf") for f in FIGURES],
-            "--diff-md", str(d / "d.md"), "--diff-json", str(d / "d.json"), "--train-dir", str(d / "train"),
+            "--diff-json", str(d / "d.json"), "--train-dir", str(d / "train"),
             "--out", str(out)]
     assert run_cli(argv) == 0
     return out.read_text()
@@ -53,9 +54,18 @@ def test_page_holds_tables_figures_diff_and_provenance(inputs: dict[str, Path], 
     page = build(inputs, tmp_path / "report.html")
     header = json.loads((inputs["dir"] / "d.json").read_text())["header"]
     assert page.count('src="data:image/png;base64,') == len(FIGURES)  # self-contained: no file links
-    # provenance, Tables 1-3 and the diff (its cells; the claims are a list)
-    assert page.count("<table") >= 5
-    assert header["config_hash"] in page and "Claims" in page
+    # claims, Tables 1-3, the paper cells and provenance
+    assert page.count("<table") >= 6
+    assert header["config_hash"] in page
+    # top-down: the verdict first, provenance last; MISSING cells one line per reason
+    order = [page.index(f"<h2>{h}</h2>") for h in ("Verdict", "Figures", "Tables", "Every paper cell",
+                                                   "What ran where")]
+    assert order == sorted(order) and page.index("<h3>Provenance</h3>") > order[-1]
+    diff = json.loads((inputs["dir"] / "d.json").read_text())
+    for claim in diff["claims"]:
+        assert html.escape(claim["text"]) in page
+    missing = {e["note"] or "no result" for e in diff["entries"] if e["status"] == "MISSING"}
+    assert page.count("<li>MISSING, ") == len(missing) > 0
     assert "envace_8b 4 steps" in page and "verl.trainer.main_ppo" in page  # from the done-file
     assert oct((tmp_path / "report.html").stat().st_mode & 0o777) != oct(0o600)  # readable by others
 

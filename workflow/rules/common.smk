@@ -323,14 +323,13 @@ def fidelity_inputs():
 
 
 def report_html_inputs():
-    """The reproduction report's parts, in page order: Markdown tables, figure PDFs, the diff."""
+    """The reproduction report's parts: Markdown tables and figure PDFs in page order, the diff's JSON."""
     fidelity = fidelity_outputs()
     return {
         "tables": [f"{RESULTS}/tables/{t}.md" for t in TABLES]
         + [f for f in fidelity if f.endswith(".md")],
         "figures": [f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()]
         + [f for f in fidelity if f.endswith(".pdf")],
-        "diff_md": f"{RESULTS}/paper_diff.md",
         "diff_json": f"{RESULTS}/paper_diff.json",
     }
 

@@ -129,8 +129,8 @@ rule paper_diff:
 
 
 rule report_html:
-    """The reproduction report: one self-contained HTML page (what ran where, provenance, Tables 1-3,
-    Figures 3-6, fidelity, the diff with its claims)."""
+    """The reproduction report: one self-contained HTML page (the verdict: claims, cell statuses, the
+    learning check; Figures 3-6, Tables 1-3, fidelity, every paper cell, what ran where, provenance)."""
     input:
         **report_html_inputs(),
     output:
@@ -145,7 +145,7 @@ rule report_html:
         train_dir=f"{RESULTS}/train",
     shell:
         "envace report-html --tables {input.tables} --figures {input.figures} "
-        "--diff-md {input.diff_md} --diff-json {input.diff_json} --train-dir {params.train_dir} "
+        "--diff-json {input.diff_json} --train-dir {params.train_dir} "
         "--out {output} > {log} 2>&1"
 
 
