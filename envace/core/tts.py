@@ -9,7 +9,9 @@ Implemented, for one task (:func:`run_tts`):
    the imagination) or at any other :class:`envace.core.rollout.Termination`; its ACT output after the
    initial prompt is capped at ``attempt_max_tokens`` (``RolloutConfig.max_response_tokens``).
    - ``parallel``: attempts are independent, each from the task's own messages (run concurrently with
-     ``asyncio.gather``; with backends that never suspend they run in index order).
+     ``asyncio.gather``; with backends that never suspend they run in index order). A served rehearser
+     is forked per attempt (``for_sample("attempt", i)``), so an attempt's sampling seeds do not depend
+     on which concurrent request reaches the server first.
    - ``sequential``: attempt ``n``'s system prompt is the task's system prompt plus the
      ``previous_attempts`` section listing attempts ``< n`` with their self-evaluations, so its context
      grows with ``n`` (what the paper blames for the N = 3 drop).
@@ -319,8 +321,20 @@ class _Session:
         self.task_text = _task_text(task)
         self.tools_text = _tools_text(task.tools)
 
-    async def _aux(self, system: str, user: str, max_tokens: int) -> tuple[str | None, int]:
-        """One fresh-chat generation by the rehearser; ``(None, prompt_len)`` if it does not fit."""
+    def _rehearser_for(self, index: int) -> GenerateBackend:
+        """The backend of attempt ``index``: in parallel mode a fork seeded from the attempt's index where
+        the backend can fork (``for_sample``, a served model), so which seed an attempt's requests get
+        does not depend on which concurrent attempt asks first; else the session's rehearser (sequential
+        attempts ask in order)."""
+        fork = getattr(self.rehearser, "for_sample", None)
+        if self.config.mode == "parallel" and fork is not None:
+            return fork("attempt", index)
+        return self.rehearser
+
+    async def _aux(self, system: str, user: str, max_tokens: int,
+                   backend: GenerateBackend | None = None) -> tuple[str | None, int]:
+        """One fresh-chat generation by ``backend`` (default: the rehearser); ``(None, prompt_len)`` if it
+        does not fit."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         ids = render_chat(self.reh_tok, messages, add_generation_prompt=True, tokenize=True,
                           **self.config.rollout.template_kwargs)
@@ -329,7 +343,7 @@ class _Session:
             return None, len(ids)
         params = dict(self.config.aux_sampling)
         params["max_tokens"] = max_tokens
-        out, _ = await self.rehearser.generate(list(ids), params)
+        out, _ = await (backend or self.rehearser).generate(list(ids), params)
         end = self.reh_tok.encode(getattr(self.reh_tok, "eos_token", None) or "", add_special_tokens=False)
         if end and out[-len(end):] == end:
             out = out[: -len(end)]
@@ -340,7 +354,8 @@ class _Session:
         if previous:
             suffix = self.text["previous_attempts"].format(attempts=self._blocks(previous))
         messages = _task_messages(self.task, suffix)
-        traj = await run_rollout(self.rehearser, self.reh_tok, messages, self.task.tools, self.attempt_cfg)
+        traj = await run_rollout(self._rehearser_for(index), self.reh_tok, messages, self.task.tools,
+                                 self.attempt_cfg)
         attempt = transcript(traj.messages[len(messages):], separator="\n", empty="(nothing)",
                              name_tools=True)
         text, _, cut = cap_tokens(self.reh_tok, attempt, self.config.attempt_max_tokens)
@@ -359,7 +374,7 @@ class _Session:
         user = self.text["eval_user"].format(task=self.task_text, tools=self.tools_text,
                                              transcript=record.transcript, termination=record.termination)
         reply, prompt_len = await self._aux(self.text["eval_system"].format(), user,
-                                            self.config.eval_max_tokens)
+                                            self.config.eval_max_tokens, self._rehearser_for(record.index))
         record.eval_prompt_tokens = prompt_len
         if reply is None:
             record.evaluation = Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, "prompt too long")

@@ -350,3 +350,33 @@ def test_commit_in_a_real_bfcl_episode_scores_like_the_gold_replay(tmp_path, mon
         assert "step" in log and "user_reply" in log
         assert result.record.memory == "MEMORY-TEXT: call get_weather with city Paris."
         assert "MEMORY-TEXT" in result.fields["trajectory"]["messages"][0]["content"]
+
+
+class _SeededScript(ScriptedBackend):
+    """A scripted rehearser that records the seed of every request, forked as a served backend forks."""
+
+    def __init__(self, tokenizer: Any, texts: list[str], seeds: list[tuple[Any, ...]], key: tuple = ()):
+        super().__init__(tokenizer, texts, name="rehearser", log=[])
+        self.seeds, self.key = seeds, key
+
+    def for_sample(self, *key: object) -> _SeededScript:
+        fork = _SeededScript(self.tokenizer, [], self.seeds, (*self.key, *key))
+        fork.texts = self.texts  # one script, consumed in call order by every fork
+        return fork
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
+        self.seeds.append(self.key)
+        return await super().generate(prompt_ids, sampling_params)
+
+
+def test_parallel_attempts_draw_from_their_own_forks(tokenizer):
+    """Each parallel attempt (rollout and self-evaluation) asks a fork keyed by its index; the summary
+    asks the session's rehearser: no seed depends on the order concurrent attempts reach the server."""
+    seeds: list[tuple[Any, ...]] = []
+    rehearser = _SeededScript(tokenizer, ATTEMPT_1 + ATTEMPT_2 + [EVAL_1, EVAL_2, SUMMARY], seeds)
+    actor = ScriptedBackend(tokenizer, ["done"], name="actor", log=[])
+    asyncio.run(run_tts(TASK, SpyEpisode([], None), actor=actor, actor_tokenizer=tokenizer,
+                        rehearser=rehearser, rehearser_tokenizer=tokenizer,
+                        config=TTSConfig(mode="parallel", n=2, rollout=eval_rules(max_turns=4))))
+    assert set(seeds) == {("attempt", 0), ("attempt", 1), ()}
+    assert seeds[-1] == () and seeds.count(()) == 1  # the summary

@@ -97,8 +97,9 @@ class Tau2Adapter:
                 raise EpisodeError("tau2 needs a user simulator endpoint (Services.user_simulator)")
             user_model = OpenAIUserModel(services.user_simulator, self.user_temperature,
                                          max_tokens=self.user_max_tokens)
+            # the served name, not the URL: a job's server port changes from run to run (the manifest's
+            # serving record says where each server ran)
             user_info = {"user_simulator": services.user_simulator.model,
-                         "user_simulator_base_url": services.user_simulator.base_url,
                          "user_simulator_temperature": self.user_temperature}
         episode_seed = int.from_bytes(hashlib.sha256(f"{seed}/{sample}".encode()).digest()[:4], "little")
         return Tau2Episode(tau2_task, domain, user_model, episode_seed, user_info)
