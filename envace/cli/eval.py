@@ -44,8 +44,8 @@ config's
   finished. Each finished run is therefore also hard-linked into ``<run dir>/.done/``; a later job restores
   it from there (same config hash) instead of re-running it, and starts servers only if something is left
   to run. The links are removed when the job finishes.
-- A server that dies stops the job with exit code 1 and a message naming each dead server and its exit
-  code; rerunning the same command resumes.
+- A server that dies stops the job with exit code 3 (``EXIT_UNAVAILABLE``) and a message naming each dead
+  server and its exit code; rerunning the same command resumes.
 
 Test-time scaling: ``--tts-setting ID [ID ...]`` (``no_tts`` or ``{parallel|sequential}_n{N}_{rehearser
 name}`` from ``tts.settings``), or ``--tts MODE --n N --rehearser MODEL_ID`` for one setting. Each sample

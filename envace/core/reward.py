@@ -3,7 +3,8 @@ and outcome rewards (ours). The judge client is :class:`envace.train.judge.Check
 entry point is :mod:`envace.train.reward_fn`. This module is pure: no network, no environment variables
 but :func:`reward_rules_from_env`.
 
-Checklist reward (the authors' rule, as described in ``PAPER.md``), :func:`checklist_reward`:
+Checklist reward (the paper's rule with the authors' details where it is silent: ``docs/deviations.md``),
+:func:`checklist_reward`:
 
 - The trajectory's chat is split into user turns (each user message opens a turn); checklist ``t`` of
   the example applies to user turn ``t``; user turns beyond the checklists are ignored.

@@ -114,7 +114,7 @@ VERDICT_FORMAT: dict[str, Any] = {
 def verdict_format(reason_max_chars: int | None = None) -> dict[str, Any]:
     """:data:`VERDICT_FORMAT`, with ``"reason"`` capped at ``reason_max_chars`` characters when given
     (``training.judge.reason_max_chars``; the smoke judge, a random-weight model, never closes the string
-    otherwise: it ran to the token cap in every verdict, measured 2026-12-01)."""
+    otherwise: it ran to the token cap in every verdict; docs/measurements.md)."""
     if reason_max_chars is None:
         return VERDICT_FORMAT
     out = json.loads(json.dumps(VERDICT_FORMAT))

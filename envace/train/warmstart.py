@@ -27,7 +27,7 @@ Implemented:
   (The smoke runs then train the warm-started model with verl's main_ppo.)
 
 Why all four: with acting alone every rollout's first REHEARSE reply (or simulator reply) was malformed,
-the episode ended there and every verl smoke run scored 0 in every batch (CI, 2026-12-01).
+the episode ended there and every verl smoke run scored 0 in every batch (docs/measurements.md).
 Simplification: later user turns are not trained on; the model only needs to emit parseable protocol
 text, not good answers. Limit: the fixture prompts are short (about 200-400
 tokens), and the 2-layer model does not carry the behaviour to the 8-9k-token prompts of tau^2 and BFCL
@@ -41,7 +41,7 @@ system turn's tool list are ~4x shorter (ledger: ~100 tokens instead of ~390). O
 learns to copy an account name or amount from the request into the call within ~1000 steps of ~0.06 s
 (2 cores), where on full rows the same behaviour appears only after ~1200-2000 steps of ~0.24 s; a
 following stage on full rows carries it over in ~50 steps (loss 0.002 on full rows; measured on the
-ledger, 2026-12-03, docs/user_guide.md "The ledger").
+ledger: docs/measurements.md, "The curriculum warm start").
 """
 
 from __future__ import annotations

@@ -72,14 +72,13 @@ hooks, and the test switch skips REHEARSE's; verl's real ``init_hybrid`` gives e
 own workers (1-3 ACT replicas, 1-4 REHEARSE workers, TP 1 and 2); the worker subclass offsets the
 adapter's replica rank; the checkpoint layout and save order; resume loads both policies from one step
 and refuses a step folder without the REHEARSE policy.
-Verified through verl's real ``main_ppo`` on CPU (tests/train/verl_ext/test_per_role_main_ppo.py, one replica
-per policy, tiny model, 2026-12-01): 2 steps with both roles' rows trained (4 ACT + 4 REHEARSE per step)
-and rollout-vs-actor correlation ACT 0.99990 / 0.99995, REHEARSE 0.99970 / 0.99980; both policies
-checkpointed, then resumed from step 2 through verl's resume (both loaded) for step 3 (ACT 0.99976,
-REHEARSE 0.99978); with the REHEARSE sync skipped (``ENVACE_TEST_SKIP_REHEARSE_SYNC=all``) the guard
-stops the run at step 1 (REHEARSE 0.0038) before any checkpoint. Resume is tested where a cluster
-needs it: in CI's smoke DAG through Slurm the job is ``scancel``-ed after its first checkpoint and
-Snakemake's retry resumes both policies from that step (verl's line for ACT, ours for REHEARSE;
+Verified through verl's real ``main_ppo`` on CPU (tests/train/verl_ext/test_per_role_main_ppo.py, one
+replica per policy, tiny model): both roles' rows trained, both policies in sync (rollout-vs-actor
+correlation), checkpointed and resumed through verl's resume (both loaded); with the REHEARSE sync skipped
+(``ENVACE_TEST_SKIP_REHEARSE_SYNC=all``) the guard stops the run at step 1 before any checkpoint (numbers:
+docs/measurements.md, "Numbers behind design choices in the code"). Resume is tested where a cluster needs
+it: in CI's smoke DAG through Slurm the job is ``scancel``-ed after its first checkpoint and Snakemake's
+retry resumes both policies from that step (verl's line for ACT, ours for REHEARSE;
 ``benchmarks/faults.py``), and every step logs both agreements >= 0.99 (``check_smoke_training.py``).
 NOT verified: more than one replica per policy through Ray (unit-tested only), multi-node, GPUs.
 """

@@ -51,14 +51,12 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   :class:`_SaveAfterLog`); nothing changes the model, the optimizer or the dataloader between the two
   points, so the checkpoint is the same.
 
-Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is
-verl's. Verified: the guard's decisions in tests/train/verl_ext/test_per_role_trainer.py; the whole trainer
-through verl's real ``main_ppo`` on CPU in the smoke DAG (shared policy; measured
-2026-12-01, steps 1 / 2: all rows 0.99980 / 0.99975, ACT rows 0.99996 / 0.99971, REHEARSE rows 0.99980 /
-0.99974) and
-test_per_role_main_ppo.py (per-role subclass, including the guard stopping
-an unsynced run); there the roles are read from TransferQueue's ``extra_fields`` as written by the agent
-loop (a row without a role is a clear error).
+Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is verl's.
+Verified: the guard's decisions in tests/train/verl_ext/test_per_role_trainer.py; the whole trainer through
+verl's real ``main_ppo`` on CPU in the smoke DAG (shared policy; the agreement it logs:
+docs/measurements.md, "Numbers behind design choices in the code") and test_per_role_main_ppo.py (per-role
+subclass, including the guard stopping an unsynced run); there the roles are read from TransferQueue's
+``extra_fields`` as written by the agent loop (a row without a role is a clear error).
 """
 
 from __future__ import annotations
