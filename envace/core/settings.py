@@ -1,10 +1,12 @@
-"""The rollout settings of an evaluation, built in one place from the validated config.
+"""The rollout and test-time-scaling settings of an evaluation, built in one place from the validated config.
 
 :func:`evaluation_rollout` turns ``evaluation.sampling``, ``evaluation.episode`` and ``tts.rehearse`` into
 the :class:`~envace.core.rollout.RolloutConfig` every evaluation and test-time-scaling run uses (REAL
 mode; the REHEARSE settings act only inside TTS attempts). Training builds its own from verl's config
 (:func:`envace.train.verl_ext.agent_loop.rollout_config_from`); the episode rules a training run omits
 default to :data:`envace.common.settings.EPISODE_DEFAULTS`, which are also ``RolloutConfig``'s defaults.
+:func:`tts_config` turns the ``tts`` block and one :class:`~envace.common.settings.TTSSetting` into the
+:class:`~envace.core.tts.TTSConfig` of that setting.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from envace.common.settings import TTSSetting
 from envace.core.rollout import Mode, RolloutConfig, template_kwargs
+from envace.core.tts import TTSConfig
 
 #: The sampling keys an evaluation passes to its model server (the rest of ``evaluation.sampling`` are
 #: limits: ``max_turns``, ``max_prompt_tokens``).
@@ -41,4 +45,22 @@ def evaluation_rollout(cfg: Mapping[str, Any]) -> RolloutConfig:
         rehearse_sampling=_sampling(rehearse),
         prompt_name=rehearse["prompt"],
         max_rehearse_context_tokens=int(rehearse["max_context_tokens"]),
+    )
+
+
+def tts_config(tts: Mapping[str, Any], setting: TTSSetting, rollout: RolloutConfig) -> TTSConfig:
+    """The :class:`~envace.core.tts.TTSConfig` of one TTS setting from the ``tts`` config block, around the
+    evaluation's ``rollout`` settings."""
+    if not setting.is_tts:
+        raise ValueError(f"{setting} runs no test-time scaling")
+    return TTSConfig(
+        mode=setting.mode,  # type: ignore[arg-type]
+        n=setting.n,
+        rollout=rollout,
+        attempt_max_tokens=int(tts["attempt_max_tokens"]),
+        memory_max_tokens=int(tts["memory_max_tokens"]),
+        eval_max_tokens=int(tts["eval_max_tokens"]),
+        aux_max_context_tokens=int(tts["aux_max_context_tokens"]),
+        aux_sampling=dict(tts["aux_sampling"]),
+        prompt_name=str(tts["prompt"]),
     )

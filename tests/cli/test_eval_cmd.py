@@ -230,28 +230,6 @@ def test_gpu_split_helpers(monkeypatch):
     assert _model_size(cfg, "envace_1p7b-step0050") == "1.7B"
 
 
-def test_tts_episode_turns_episode_errors_into_failed_samples():
-    """An exception from the episode during TTS (e.g. the simulated user's opening) fails the sample."""
-    import asyncio
-    from types import SimpleNamespace
-
-    from envace.cli.eval import _tts_episode_fn
-    from envace.core.rollout import RolloutConfig
-
-    class BrokenOpening:
-        def first_user_message(self) -> str:
-            raise RuntimeError("user simulator returned nothing")
-
-    cfg = {"tts": {"attempt_max_tokens": 8, "memory_max_tokens": 8, "eval_max_tokens": 8,
-                   "aux_max_context_tokens": 64,
-                   "aux_sampling": {"temperature": 0.6, "top_p": 0.95}, "prompt": "tts_v1"}}
-    fn = _tts_episode_fn(cfg, "parallel_n1_base", rehearser=None, rehearser_tokenizer=None)
-    task = SimpleNamespace(system=None, first_user="", tools=[])
-    fields = asyncio.run(fn(task, BrokenOpening(), None, None, RolloutConfig()))
-    assert fields["status"] == "failed" and "user simulator returned nothing" in fields["reason"]
-    assert fields["extra"]["exception"] == {"type": "RuntimeError", "where": "tts"}
-
-
 def _plan(tmp_path: Path, items: list) -> str:
     import json
 
