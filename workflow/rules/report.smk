@@ -129,8 +129,9 @@ rule paper_diff:
 
 
 rule report_html:
-    """The reproduction report: one self-contained HTML page (the verdict: claims, cell statuses, the
-    learning check; Figures 3-6, Tables 1-3, fidelity, every paper cell, what ran where, provenance)."""
+    """The reproduction report: one self-contained HTML page (the verdict: claims,
+    cell statuses, the learning check; figures, tables, fidelity, every paper cell,
+    provenance)."""
     input:
         **report_html_inputs(),
     output:
