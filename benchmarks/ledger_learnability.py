@@ -44,11 +44,12 @@ def held_out(model: torch.nn.Module, tokenizer, adapter: LedgerAdapter, temperat
             "answer": sum(x["subscores"]["answer"] for x in lines) / len(lines)}
 
 
-def fidelity(model: torch.nn.Module, tokenizer, tasks: list, template: str) -> str:
+def fidelity(model: torch.nn.Module, tokenizer, tasks: list, template: str,
+             prompt: str = "rehearsal_v2") -> str:
     """``"exact balance / exact transfer / field F1"`` of test-time rehearsals of the tasks' reference
     calls (:func:`envace.train.heldout.reference_fidelity`, no reference responses shown)."""
     kind = {t.task_id: t.kind for t in tasks}
-    pairs = reference_fidelity(model, tokenizer, [reference_record(t) for t in tasks],
+    pairs = reference_fidelity(model, tokenizer, [reference_record(t) for t in tasks], prompt=prompt,
                                enable_thinking=template == "default")
 
     def exact(k: str) -> float:
@@ -84,6 +85,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="also report test-time rehearsal fidelity at each evaluation (REHEARSE prompt "
                          "without reference responses, greedy, on the test tasks' reference calls): exact "
                          "match of balance calls / of transfer calls, and mean field F1")
+    ap.add_argument("--hidden-references", type=float, default=0.0,
+                    help="share of the examples whose REHEARSE rows show no reference responses "
+                         "(tiny_model.warmstart[i].hidden_references)")
+    ap.add_argument("--rehearsal-prompt", default="rehearsal_v2",
+                    help="REHEARSE prompt of the rehearse rows and of --fidelity "
+                         "(rehearsal_v2, rehearsal_compact)")
     ap.add_argument("--init", help="start from this saved model and tokenizer (default: a fresh tiny model)")
     ap.add_argument("--save", help="save the warm-started model and tokenizer here at the end")
     args = ap.parse_args(argv)
@@ -100,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         model, tokenizer = tiny_model_and_tokenizer(args.seed)
     rows = sft_sequences(examples, tokenizer, behaviours=args.behaviours.split(","),
+                         rehearsal_prompt=args.rehearsal_prompt, hidden_references=args.hidden_references,
                          **({"template_variants": ({},)} if args.template_variants == "plain" else {}))
     print(f"{len(rows)} rows, mean length {sum(len(r[0]) for r in rows) / len(rows):.0f} tokens\n")
     cols = "success / transfer state / answer"
@@ -122,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         for temperature, template in points:
             r = held_out(model, tokenizer, adapter, temperature, args.samples, args.seed, template)
             cells.append(f"{r['success']:.3f} / {r['transfer_state']:.3f} / {r['answer']:.3f}")
-        cells += [fidelity(model, tokenizer, tasks["test"], template) for template in templates]
+        cells += [fidelity(model, tokenizer, tasks["test"], template, args.rehearsal_prompt)
+                  for template in templates]
         print(f"| {step} | {spent[0]:.0f} | {loss:.3f} | {' | '.join(cells)} |", flush=True)
         spent[1] = time.process_time()
 

@@ -28,6 +28,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
+def local_stages(overlay: dict, folder: Path) -> list[dict]:
+    """The overlay's warm-start stages reading ``folder``'s ledger records (each stage's and mix item's
+    ``data/smoke/ledger_<split>.jsonl`` -> ``folder/ledger_<split>.jsonl``)."""
+    def local(part: dict) -> dict:
+        data = part["data"] if isinstance(part["data"], list) else [part["data"]]
+        out = {**part, "data": [str(folder / Path(d).name) for d in data]}
+        return {**out, "mix": [local(m) for m in part["mix"]]} if "mix" in part else out
+    return [local(stage) for stage in overlay["tiny_model"]["warmstart"]]
+
+
 def write_config(out: Path, seed: int, args: argparse.Namespace) -> Path:
     """``config/smoke.yaml`` with the overlay's ledger and its warm-start curriculum on ``out``'s ledger
     records, seed ``seed`` and the ``--lr-scale`` / ``--last-steps`` changes, written as
@@ -35,9 +45,7 @@ def write_config(out: Path, seed: int, args: argparse.Namespace) -> Path:
     overlay = yaml.safe_load((REPO / "config/smoke_ledger.yaml").read_text())
     cfg = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
     cfg["benchmarks"]["ledger"] = overlay["benchmarks"]["ledger"]
-    records = out / "ledger_train.jsonl"
-    stages = [{**stage, "data": str(records), "lr": stage["lr"] * args.lr_scale}
-              for stage in overlay["tiny_model"]["warmstart"]]
+    stages = [{**stage, "lr": stage["lr"] * args.lr_scale} for stage in local_stages(overlay, out)]
     if args.last_steps:
         stages[-1]["steps"] = args.last_steps
     cfg["tiny_model"] = {"seed": seed, "warmstart": stages}
@@ -49,11 +57,12 @@ def write_config(out: Path, seed: int, args: argparse.Namespace) -> Path:
 def build(out: Path, seed: int, args: argparse.Namespace) -> tuple[Path, float]:
     """One warm start of the overlay's curriculum into ``out/seed<seed>``; returns (folder, seconds)."""
     config = write_config(out, seed, args)
-    records = out / "ledger_train.jsonl"
     envace = str(REPO / ".venv/bin/envace")
-    if not records.is_file():
-        subprocess.run([envace, "ledger-records", "--config", str(config), "--out", str(records)], check=True,
-                       cwd=REPO, capture_output=True)
+    for split in ("train", "world"):
+        records = out / f"ledger_{split}.jsonl"
+        if not records.is_file():
+            subprocess.run([envace, "ledger-records", "--config", str(config), "--split", split, "--out",
+                            str(records)], check=True, cwd=REPO, capture_output=True)
     folder = out / f"seed{seed}"
     t0 = time.perf_counter()
     with open(out / f"seed{seed}.log", "w") as log:
@@ -63,9 +72,9 @@ def build(out: Path, seed: int, args: argparse.Namespace) -> tuple[Path, float]:
 
 
 def ledger_spec() -> dict:
-    """The overlay's ``benchmarks.ledger.ledger`` with the balances not stated: the held-out tasks."""
+    """The overlay's ``benchmarks.ledger.ledger``: the held-out tasks (worded as the overlay words them)."""
     overlay = yaml.safe_load((REPO / "config/smoke_ledger.yaml").read_text())
-    return {**overlay["benchmarks"]["ledger"]["ledger"], "show_balances": False}
+    return dict(overlay["benchmarks"]["ledger"]["ledger"])
 
 
 def success(folder: Path, samples: int, ledger: dict) -> float:

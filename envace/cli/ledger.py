@@ -19,7 +19,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ledger-records", help="write the ledger benchmark's reference records")
     p.add_argument("--config", default=DEFAULT_CONFIG,
                    help="experiment config (benchmarks.ledger: seed, n_train, n_test) (default: %(default)s)")
-    p.add_argument("--split", choices=["train", "test"], default="train", help="which split (default train)")
+    p.add_argument("--split", choices=["train", "test", "world"], default="train",
+                   help="which split (default train); world: the train tasks' world records (REHEARSE "
+                        "warm-start data: a get_balance probe of every account, "
+                        "envace.bench.ledger.world_records)")
     p.add_argument("--out", required=True, help="JSONL output (written atomically)")
     p.set_defaults(func=run, command_name="ledger-records")
 
@@ -30,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     adapter = LedgerAdapter(cfg.get("benchmarks", {}).get("ledger"))  # the benchmark entry (its ledger: key)
-    tasks = [t.meta["ledger_task"] for t in adapter.load_tasks([args.split], None)]
-    write_records(tasks, Path(args.out))
-    print(f"ledger-records: {len(tasks)} {args.split} records -> {args.out} ({adapter.versions()['ledger']})",
-          file=sys.stderr)
+    world = args.split == "world"
+    tasks = [t.meta["ledger_task"] for t in adapter.load_tasks(["train" if world else args.split], None)]
+    write_records(tasks, Path(args.out), world=world)
+    what = f"world records of {len(tasks)} train tasks" if world else f"{len(tasks)} {args.split} records"
+    print(f"ledger-records: {what} -> {args.out} ({adapter.versions()['ledger']})", file=sys.stderr)
     return 0

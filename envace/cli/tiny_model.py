@@ -102,9 +102,10 @@ def build_key(args: argparse.Namespace) -> str:
     stages = [{k: v for k, v in stage.as_dict().items() if k != "data"} for stage in args.stages]
     h = hashlib.sha256(json.dumps({"seed": args.seed, "stages": stages}).encode())
     for stage in args.stages:
-        for path in stage.data:
-            h.update(hashlib.sha256(Path(path).read_bytes()).digest())
-        h.update(b"\0")
+        for part in stage.parts():
+            for path in part.data:
+                h.update(hashlib.sha256(Path(path).read_bytes()).digest())
+            h.update(b"\0")
     for path in sorted(_PACKAGE.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             h.update(str(path.relative_to(_PACKAGE)).encode() + b"\0" + path.read_bytes())
@@ -157,18 +158,20 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     converted: dict[tuple[str, ...], list[Any]] = {}  # stages on the same records convert them once
     for i, stage in enumerate(args.stages):
-        if stage.data not in converted:
-            converted[stage.data] = _examples(stage, tokenizer)
-        examples = converted[stage.data]
-        rows = stage.rows(examples, tokenizer)
+        rows, n_examples = [], 0
+        for part in stage.parts():
+            if part.data not in converted:
+                converted[part.data] = _examples(part, tokenizer)
+            rows += part.rows(converted[part.data], tokenizer)
+            n_examples += len(converted[part.data])
         t0 = time.perf_counter()
         losses = sft(model, rows, stage.steps, stage.lr, tokenizer.pad_token_id, batch_rows=stage.batch_rows,
                      seed=args.seed, after_step=_progress(i, stage.steps))
-        info["warmstart"].append({**stage.as_dict(), "examples": len(examples), "rows": len(rows),
+        info["warmstart"].append({**stage.as_dict(), "examples": n_examples, "rows": len(rows),
                                   "loss_first": losses[0], "loss_last": losses[-1],
                                   "seconds": round(time.perf_counter() - t0, 1)})
         print(f"tiny-model: warm-start stage {i + 1}/{len(args.stages)}: {len(rows)} rows from "
-              f"{len(examples)} examples, {stage.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
+              f"{n_examples} examples, {stage.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}",
               flush=True)
     model.save_pretrained(out)
     return info
@@ -215,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
         info.update(path=str(out), cache={"key": key, "hit": True, "folder": str(cached)})
         for stage, done in zip(args.stages, info["warmstart"], strict=True):
             done["data"] = list(stage.data)  # same bytes; the paths this build was given
+            for part, mixed in zip(stage.mix, done.get("mix", []), strict=True):
+                mixed["data"] = list(part.data)
         print(f"tiny-model: copied the cached build {cached} (key {key}; no training)", flush=True)
     else:
         info = _build_fresh(args)

@@ -120,6 +120,9 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         need("model", mid, models, "report.fidelity.models")
     for bench in fidelity.get("benchmarks", []):
         need("benchmark", bench, benchmarks, "report.fidelity.benchmarks")
+    if "trajectories" in fidelity:  # its evaluation files are every fidelity run's input: Table 1's
+        table1 = cfg["evaluation"]["table1"]["models"]
+        need("Table 1 model", fidelity["trajectories"], table1, "report.fidelity.trajectories")
     for name, bench in benchmarks.items():
         splits = set(bench.get("splits", []))
         for group, spec in bench["aggregate"]["groups"].items():

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from envace.common.stats import TaskMatrix, bootstrap_mean
+from envace.common.stats import TaskMatrix, bootstrap_mean, bootstrap_paired_diff
 from envace.core.rehearsal import (
     CallCandidate,
     OutcomeKind,
@@ -66,6 +66,7 @@ __all__ = [
     "score_pair",
     "predict_observations",
     "aggregate",
+    "paired_difference",
     "pair_record",
 ]
 
@@ -337,6 +338,48 @@ def aggregate(scores: Sequence[PairScore], *, resamples: int = 10_000, seed: int
         "overall": _summarize(scores, bootstrap),
         "per_tool": {t: _summarize([s for s in scores if s.tool == t], bootstrap) for t in tools},
     }
+
+
+def _pair_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (record["task_id"], record["sample"], record["tool"], json.dumps(record["call"], sort_keys=True),
+            record["observation"])
+
+
+def _task_means(records: Sequence[Mapping[str, Any]], metric: str, tasks: list[str]) -> TaskMatrix:
+    index = {t: k for k, t in enumerate(tasks)}
+    rows = [index[r["task_id"]] for r in records]
+    sums = np.bincount(rows, weights=[float(r[metric]) for r in records], minlength=len(tasks))
+    counts = np.bincount(rows, minlength=len(tasks))
+    return TaskMatrix(values=(sums / counts)[:, None], group_index=np.zeros(len(tasks), dtype=int),
+                      group_weights=np.ones(1), task_ids=tuple(tasks))
+
+
+def paired_difference(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *,
+                      resamples: int = 10_000, seed: int = 12345, confidence: float = 0.95
+                      ) -> dict[str, Any] | None:
+    """Model A's fidelity minus model B's on the same (call, observation) pairs: ``a`` and ``b`` are the
+    ``pairs`` lists of two ``envace fidelity`` documents (:func:`pair_record` s) that rehearsed the same
+    calls in the same order (``report.fidelity.trajectories``). Returns ``{"overall": {metric:
+    interval}, "per_tool": {tool: {metric: interval}}}``, each a paired bootstrap over tasks (a task's
+    pairs averaged first, as :func:`aggregate`); ``None`` when the two lists are not the same pairs (the
+    documents rehearsed different trajectories) or are empty."""
+    if not a or len(a) != len(b) or any(_pair_key(x) != _pair_key(y) for x, y in zip(a, b, strict=True)):
+        return None
+    bootstrap = {"resamples": resamples, "seed": seed, "confidence": confidence}
+
+    def scope(keep: list[int]) -> dict[str, Any]:
+        sub_a, sub_b = [a[i] for i in keep], [b[i] for i in keep]
+        tasks = sorted({r["task_id"] for r in sub_a})
+        out: dict[str, Any] = {"n_pairs": len(keep), "n_tasks": len(tasks)}
+        for metric in METRICS:
+            interval = bootstrap_paired_diff(_task_means(sub_a, metric, tasks),
+                                             _task_means(sub_b, metric, tasks), **bootstrap)
+            out[metric] = interval.as_dict()
+        return out
+
+    tools = sorted({r["tool"] for r in a})
+    return {"overall": scope(list(range(len(a)))),
+            "per_tool": {t: scope([i for i, r in enumerate(a) if r["tool"] == t]) for t in tools}}
 
 
 def pair_record(pair: CallPair, prediction: str | None, score: PairScore) -> dict[str, Any]:

@@ -62,7 +62,7 @@ from typing import Any, Literal, Protocol
 
 from envace.core.episode import run_episode
 from envace.core.prompts import load_prompt
-from envace.core.rollout import BackendError, GenerateBackend, Mode, RolloutConfig, run_rollout
+from envace.core.rollout import BackendError, GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
 from envace.core.tools import (
     ChatTemplateTokenizer,
     find_block,
@@ -77,6 +77,7 @@ __all__ = [
     "EVAL_FALLBACK_FEEDBACK",
     "TaskLike",
     "TTSConfig",
+    "fallback_memory_suffixes",
     "Evaluation",
     "AttemptRecord",
     "TTSRecord",
@@ -300,6 +301,23 @@ def _verdict(evaluation: Evaluation) -> str:
     if evaluation.success is None:
         return "no usable review"
     return "judged successful" if evaluation.success else "judged unsuccessful"
+
+
+def fallback_memory_suffixes(final_answers: list[str | None], prompt_name: str = "tts_v1") -> list[str]:
+    """The system-prompt suffixes a commit's actor sees after ``k = 1 .. len(final_answers)`` attempts
+    whose rehearser wrote no usable self-evaluation nor summary (a model too small for those prompts,
+    such as the smoke model): ``memory_suffix`` around the digest of the first ``k`` attempts, each ended
+    by a final answer. The smoke model's warm start (``envace.train.warmstart``, behaviour ``memory``)
+    trains acting rows under them, so that the commit is in distribution."""
+    text = load_prompt(prompt_name, required=PROMPT_FIELDS)["memory_suffix"]
+    fallback = Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, "no <evaluation> block")
+    attempts = [AttemptRecord(index=i, termination=str(Termination.FINAL_ANSWER), num_turns=1,
+                              prompt_tokens=0, context_tokens=0, rehearse_context_tokens=0,
+                              generated_tokens=0, final_answer=a,
+                              transcript="", transcript_truncated=False, evaluation=fallback,
+                              eval_prompt_tokens=0)
+                for i, a in enumerate(final_answers)]
+    return [text.format(memory=_Session.digest(attempts[:k])) for k in range(1, len(attempts) + 1)]
 
 
 class _Session:

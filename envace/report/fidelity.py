@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.common.atomic import atomic_write, atomic_write_text
-from envace.core.fidelity import METRICS
+from envace.core.fidelity import METRICS, paired_difference
 
 __all__ = ["fidelity_table", "fidelity_figure"]
 
@@ -29,6 +29,34 @@ def _load(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
 
 def _cell(entry: Mapping[str, Any]) -> str:
     return f"{100 * entry['point']:.1f} [{100 * entry['ci_low']:.1f}, {100 * entry['ci_high']:.1f}]"
+
+
+def _diff_cell(entry: Mapping[str, Any]) -> str:
+    return f"{100 * entry['point']:+.1f} [{100 * entry['ci_low']:+.1f}, {100 * entry['ci_high']:+.1f}]"
+
+
+def _paired_rows(docs: Sequence[Mapping[str, Any]], per_tool: bool
+                 ) -> list[tuple[str, str, str, Mapping[str, Any]]]:
+    """``(benchmark, "A - B", tool, difference)`` for every document A that rehearsed the calls of model
+    B's trajectories where B's own document did too (``report.fidelity.trajectories``): the paired
+    difference over the same pairs (:func:`envace.core.fidelity.paired_difference`)."""
+    rows = []
+    for ref in docs:
+        if ref["trajectory_models"] != [ref["model"]] or not ref.get("pairs"):
+            continue
+        for doc in docs:
+            same_calls = doc["benchmark"] == ref["benchmark"] and doc["trajectory_models"] == [ref["model"]]
+            if doc is ref or not same_calls:
+                continue
+            boot = doc.get("bootstrap") or {}
+            diff = paired_difference(doc.get("pairs") or [], ref["pairs"],
+                                     resamples=boot.get("resamples", 10_000), seed=boot.get("seed", 12345),
+                                     confidence=boot.get("confidence", 0.95))
+            if diff is None:
+                continue
+            entries = [("(all)", diff["overall"])] + (sorted(diff["per_tool"].items()) if per_tool else [])
+            rows += [(doc["benchmark"], f"{doc['model']} - {ref['model']}", tool, d) for tool, d in entries]
+    return rows
 
 
 def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str | Path,
@@ -65,8 +93,17 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
                   + " | ".join(_cell(s[m]) for m in METRICS) + " |")
         writer.writerow([bench, model, tool, s["n_pairs"], s["n_tasks"]]
                         + [s[m][k] for m in METRICS for k in ("point", "ci_low", "ci_high", "micro")])
+    paired = _paired_rows(docs, per_tool)
+    for bench, label, tool, d in paired:
+        md.append(f"| {bench} | {label} | {tool} | {d['n_pairs']} | {d['n_tasks']} | "
+                  + " | ".join(_diff_cell(d[m]) for m in METRICS) + " |")
+        writer.writerow([bench, label, tool, d["n_pairs"], d["n_tasks"]]
+                        + [x for m in METRICS for x in (d[m]["point"], d[m]["ci_low"], d[m]["ci_high"], "")])
     note = ("\nRehearsal fidelity (%, task-level mean with 95% bootstrap interval over tasks): the model's "
             "REHEARSE prediction vs the real observation of every recorded (call, observation) pair.\n")
+    if paired:
+        note += ("Rows `A - B`: A's fidelity minus B's on the same pairs (B's trajectories, both models "
+                 "rehearsing them), percentage points with a paired 95% bootstrap interval over tasks.\n")
     if any(d.get("scale") == "smoke" for d in docs):
         md.insert(0, "_SMOKE scale: a tiny model on a few tasks, not a reproduction_\n")
     return [atomic_write_text(out_md, "\n".join(md) + "\n" + note, parents=True),

@@ -18,7 +18,13 @@ Implemented:
     final answer that quotes the first response (ours: the normalised example keeps no reference answer
     text; any text without a call ends the turn);
   - *simulated user* (no tools): a user-simulator chat (:data:`USER_SYSTEM` + the agent's greeting) ->
-    the example's first user request as plain text.
+    the example's first user request as plain text;
+  - *memory* (only where a stage asks for it): the acting rows again with a TTS rehearsal memory appended
+    to the system turn, as the TTS commit's prompt (:func:`envace.core.tts.fallback_memory_suffixes`: the
+    memory a rehearser that writes no usable review or summary leaves, after one and after two attempts).
+  A stage may build a share of its REHEARSE rows without the reference responses (``hidden_references``:
+  the prompt of test-time rehearsal, fidelity and TTS), in another rehearsal prompt (``rehearsal_prompt``),
+  and mix in rows of other records (``mix``; see :class:`Stage`).
   Each prompt is rendered both without template arguments (what ``vllm serve`` completions and our
   evaluation use) and with ``enable_thinking=False`` (Qwen3's empty think block, the training runs'
   ``apply_chat_template_kwargs``).
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,9 +71,11 @@ from envace.core.rehearsal import (
     ToolRegistry,
 )
 from envace.core.tools import ToolCall, assistant_message, render_tool_call, tool_message
+from envace.core.tts import fallback_memory_suffixes
 from envace.train.data import TrainingExample
 
-__all__ = ["USER_SYSTEM", "GREETING", "BEHAVIOURS", "RENDERINGS", "Stage", "sft_sequences", "sft"]
+__all__ = ["USER_SYSTEM", "GREETING", "BEHAVIOURS", "DEFAULT_BEHAVIOURS", "RENDERINGS", "hides_references",
+           "Stage", "sft_sequences", "sft"]
 
 #: System turn of the simulated-user examples (our wording).
 USER_SYSTEM = "You play a customer talking to an assistant. State your request in one message."
@@ -100,13 +109,15 @@ def _response_text(response: Any) -> str:
 
 
 def _rehearsal_rows(ex: TrainingExample, calls: list[ToolCall], caller_text: str, responses: list[str],
-                    tokenizer: Any, prompt: RehearsalPrompt, template_kwargs: dict[str, Any]
-                    ) -> list[tuple[list[int], int]]:
+                    tokenizer: Any, prompt: RehearsalPrompt, template_kwargs: dict[str, Any],
+                    show_references: bool = True) -> list[tuple[list[int], int]]:
     """One row per reference call: its REHEARSE context (as the rollout builds it; ``caller_text`` the
-    ACT turn that made the calls) -> the reference response in an ``<execution_result>`` block; each
-    reply is recorded so later calls see it."""
-    context = RehearsalContext(tokenizer, prompt, ToolRegistry(ex.tools), list(ex.prompt),
-                               list(ex.references), dict(template_kwargs))
+    ACT turn that made the calls; the example's reference responses listed in it if ``show_references``,
+    none otherwise, as test-time rehearsal builds it) -> the reference response in an
+    ``<execution_result>`` block; each reply is recorded so later calls see it."""
+    shown = list(ex.references) if show_references else []
+    context = RehearsalContext(tokenizer, prompt, ToolRegistry(ex.tools), list(ex.prompt), shown,
+                               dict(template_kwargs))
     rows = []
     for call, response in zip(calls, responses, strict=False):
         ids = list(context.prompt_ids(CallCandidate(call, caller_text)))
@@ -117,18 +128,40 @@ def _rehearsal_rows(ex: TrainingExample, calls: list[ToolCall], caller_text: str
     return rows
 
 
-BEHAVIOURS: tuple[str, ...] = ("act", "answer", "user", "rehearse")
+BEHAVIOURS: tuple[str, ...] = ("act", "answer", "user", "rehearse", "memory")
+#: The behaviours a stage builds when it names none (``memory`` only where asked for: it is for the TTS
+#: commit, and the stages written before it existed keep their rows).
+DEFAULT_BEHAVIOURS: tuple[str, ...] = ("act", "answer", "user", "rehearse")
+
+
+def _with_system_suffix(messages: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    """``messages`` with ``suffix`` appended to the system turn (one created when there is none), as the
+    TTS commit builds its prompt."""
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": str(messages[0]["content"]) + suffix}, *messages[1:]]
+    return [{"role": "system", "content": suffix.lstrip("\n")}, *messages]
+
+
+def hides_references(uid: str, fraction: float) -> bool:
+    """Whether example ``uid``'s REHEARSE rows are built without reference responses, for a stage that
+    hides them in ``fraction`` of the examples: a fixed function of the uid (CRC-32, not Python's salted
+    ``hash``), so the same examples are chosen on every machine and in every run."""
+    return zlib.crc32(uid.encode()) % 10_000 < round(fraction * 10_000)
 
 
 def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
-                  rehearsal_prompt: str = "rehearsal_v2", behaviours: Sequence[str] = BEHAVIOURS,
-                  template_variants: Sequence[dict[str, Any]] = _TEMPLATE_VARIANTS, tool_list: bool = True
-                  ) -> list[tuple[list[int], int]]:
+                  rehearsal_prompt: str = "rehearsal_v2", behaviours: Sequence[str] = DEFAULT_BEHAVIOURS,
+                  template_variants: Sequence[dict[str, Any]] = _TEMPLATE_VARIANTS, tool_list: bool = True,
+                  hidden_references: float = 0.0) -> list[tuple[list[int], int]]:
     """SFT rows ``(prompt ids + response ids + [eos], len(prompt ids))`` (see the module docstring), of
     the given ``behaviours`` (a subset of :data:`BEHAVIOURS`), each prompt rendered with each of
     ``template_variants`` (chat-template keyword arguments). ``tool_list=False`` renders the acting and
     answering prompts without the system turn's tool list (a curriculum: see the module docstring);
-    REHEARSE rows always show the tools, as the rollout does."""
+    REHEARSE rows always show the tools, as the rollout does. ``hidden_references``: the fraction of
+    examples whose REHEARSE rows show no reference responses (:func:`hides_references`), the prompt of
+    test-time rehearsal (fidelity, TTS); the others show them, as the RL rollout's prompt does."""
+    if not 0.0 <= hidden_references <= 1.0:
+        raise ValueError(f"hidden_references must be in [0, 1], got {hidden_references}")
     unknown = set(behaviours) - set(BEHAVIOURS)
     if unknown:
         raise ValueError(f"unknown warm-start behaviours {sorted(unknown)}; known: {list(BEHAVIOURS)}")
@@ -143,10 +176,14 @@ def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
         listed = ex.tools if tool_list else None
         if calls and "act" in behaviours:
             targets.append((ex.prompt, listed, act_text))
+        answer_text = f"The result: {responses[0]}" if responses else ""
         if calls and len(responses) == len(calls) and "answer" in behaviours:
             answered = [*ex.prompt, assistant_message("", calls),
                         *(tool_message(r, c.name) for c, r in zip(calls, responses, strict=True))]
-            targets.append((answered, listed, f"The result: {responses[0]}"))
+            targets.append((answered, listed, answer_text))
+        if calls and len(responses) == len(calls) and "memory" in behaviours:
+            for suffix in fallback_memory_suffixes([answer_text, answer_text]):
+                targets.append((_with_system_suffix(list(ex.prompt), suffix), listed, act_text))
         request = _first_user_text(ex)
         if request is not None and "user" in behaviours:
             chat = [{"role": "system", "content": USER_SYSTEM}, {"role": "user", "content": GREETING}]
@@ -157,7 +194,8 @@ def sft_sequences(examples: Sequence[TrainingExample], tokenizer: Any,
                 ids = _prompt_ids(tokenizer, messages, tools, kwargs)
                 rows.append((ids + target, len(ids)))
         for kwargs in template_variants if "rehearse" in behaviours else ():
-            rows.extend(_rehearsal_rows(ex, calls, act_text, responses, tokenizer, prompt, kwargs))
+            rows.extend(_rehearsal_rows(ex, calls, act_text, responses, tokenizer, prompt, kwargs,
+                                        show_references=not hides_references(ex.uid, hidden_references)))
     return rows
 
 
@@ -190,16 +228,23 @@ class Stage:
     """One warm-start stage (config ``tiny_model.warmstart[i]``): ``steps`` SFT steps at ``lr`` on the
     rows of ``behaviours`` x ``renderings`` built from the CM2-layout records of ``data`` (one or more
     files, concatenated), ``batch_rows`` rows per step (``None``: every row every step), with the tool
-    list left out of acting and answering prompts if ``omit_tool_list``. Stages run in order on the same
-    model, each with a fresh AdamW (ours; smoke scale only)."""
+    list left out of acting and answering prompts if ``omit_tool_list``, and the reference responses left
+    out of the REHEARSE prompts of ``hidden_references`` of the examples. ``mix``: more row sets drawn
+    into the same batches, each with its own records and row settings (a mix item is a stage without
+    steps, lr and batch size: e.g. REHEARSE-only rows of other records, which trained alone would make
+    the model forget how to act). Stages run in order on the same model, each with a fresh AdamW (ours;
+    smoke scale only)."""
 
     data: tuple[str, ...]
     steps: int
     lr: float
     batch_rows: int | None = None
-    behaviours: tuple[str, ...] = BEHAVIOURS
+    behaviours: tuple[str, ...] = DEFAULT_BEHAVIOURS
     renderings: tuple[str, ...] = tuple(RENDERINGS)
     omit_tool_list: bool = False
+    hidden_references: float = 0.0
+    rehearsal_prompt: str = "rehearsal_v2"
+    mix: tuple[Stage, ...] = ()
 
     @classmethod
     def parse(cls, spec: Any, where: str) -> Stage:
@@ -214,21 +259,44 @@ class Stage:
             err = jsonschema.exceptions.best_match(errors)
             key = ".".join(str(p) for p in err.absolute_path)
             raise ValueError(f"{where}{'.' + key if key else ''}: {err.message}")
+        return cls._from(spec, spec["steps"], float(spec["lr"]), spec.get("batch_rows"))
+
+    @classmethod
+    def _from(cls, spec: Any, steps: int, lr: float, batch_rows: int | None) -> Stage:
         data = (spec["data"],) if isinstance(spec["data"], str) else tuple(spec["data"])
-        return cls(data, spec["steps"], float(spec["lr"]), spec.get("batch_rows"),
-                   tuple(spec.get("behaviours", BEHAVIOURS)), tuple(spec.get("renderings", RENDERINGS)),
-                   bool(spec.get("omit_tool_list", False)))
+        mix = tuple(cls._from(part, steps, lr, batch_rows) for part in spec.get("mix", ()))
+        return cls(data, steps, lr, batch_rows,
+                   tuple(spec.get("behaviours", DEFAULT_BEHAVIOURS)),
+                   tuple(spec.get("renderings", RENDERINGS)),
+                   bool(spec.get("omit_tool_list", False)), float(spec.get("hidden_references", 0.0)),
+                   str(spec.get("rehearsal_prompt", "rehearsal_v2")), mix)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"data": list(self.data), "steps": self.steps, "lr": self.lr, "batch_rows": self.batch_rows,
-                "behaviours": list(self.behaviours), "renderings": list(self.renderings),
-                "omit_tool_list": self.omit_tool_list}
+        """The stage as its config mapping; ``hidden_references`` and ``rehearsal_prompt`` only when not
+        the default, so that a stage without them keeps the spec (and hash) it had before they existed."""
+        out = {"data": list(self.data), "steps": self.steps, "lr": self.lr, "batch_rows": self.batch_rows,
+               "behaviours": list(self.behaviours), "renderings": list(self.renderings),
+               "omit_tool_list": self.omit_tool_list}
+        if self.hidden_references:
+            out["hidden_references"] = self.hidden_references
+        if self.rehearsal_prompt != "rehearsal_v2":
+            out["rehearsal_prompt"] = self.rehearsal_prompt
+        if self.mix:
+            keep = ("data", "behaviours", "renderings", "omit_tool_list", "hidden_references",
+                    "rehearsal_prompt")
+            out["mix"] = [{k: v for k, v in part.as_dict().items() if k in keep} for part in self.mix]
+        return out
+
+    def parts(self) -> tuple[Stage, ...]:
+        """This stage's row sets: its own, then each ``mix`` item's (same steps, lr and batch size)."""
+        return (self, *self.mix)
 
     def rows(self, examples: Sequence[TrainingExample], tokenizer: Any) -> list[tuple[list[int], int]]:
         """This stage's SFT rows of ``examples`` (:func:`sft_sequences`)."""
-        return sft_sequences(examples, tokenizer, behaviours=self.behaviours,
+        return sft_sequences(examples, tokenizer, rehearsal_prompt=self.rehearsal_prompt,
+                             behaviours=self.behaviours,
                              template_variants=tuple(RENDERINGS[r] for r in self.renderings),
-                             tool_list=not self.omit_tool_list)
+                             tool_list=not self.omit_tool_list, hidden_references=self.hidden_references)
 
 
 def sft(model: torch.nn.Module, rows: list[tuple[list[int], int]], steps: int, lr: float, pad_id: int,

@@ -21,7 +21,9 @@ def test_two_steps_evaluated_and_saved(script, tmp_path, capsys) -> None:
     save = tmp_path / "warm"
     script("ledger_learnability").main([
         "--steps", "2", "--eval-at", "2", "--n-train", "4", "--batch-rows", "2", "--samples", "1",
-        "--temperatures", "1.0", "--template-variants", "plain", "--save", str(save)])
+        "--temperatures", "1.0", "--template-variants", "plain", "--save", str(save),
+        "--behaviours", "act,answer,rehearse,memory", "--hidden-references", "1", "--rehearsal-prompt",
+        "rehearsal_compact"])
     out = capsys.readouterr().out
     assert "| step | SFT s | loss | default T=1.0 success / transfer state / answer |" in out
     rows = [line.strip("|").split("|") for line in out.splitlines() if re.match(r"\| \d+ \|", line)]
@@ -36,3 +38,5 @@ def test_fidelity_cell(script) -> None:
     tasks = generate_tasks(seed=0, n_train=2, n_test=2)["test"]
     model, tokenizer = tiny_model_and_tokenizer(0)
     _assert_rates(script("ledger_learnability").fidelity(model, tokenizer, tasks, "training"))
+    compact = script("ledger_learnability").fidelity(model, tokenizer, tasks, "training", "rehearsal_compact")
+    _assert_rates(compact)

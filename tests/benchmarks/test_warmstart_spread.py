@@ -24,11 +24,13 @@ def test_derived_config_is_the_scaled_curriculum_tiny_model_reads(script, tmp_pa
     assert tiny.seed == 3 and len(tiny.stages) == len(curriculum)
     assert [s.lr for s in tiny.stages] == [stage["lr"] * 0.5 for stage in curriculum]
     assert [s.steps for s in tiny.stages] == [stage["steps"] for stage in curriculum[:-1]] + [7]
-    assert {s.data for s in tiny.stages} == {(str(tmp_path / "ledger_train.jsonl"),)}
+    local = {(str(tmp_path / f"ledger_{split}.jsonl"),) for split in ("train", "world")}
+    assert {p.data for s in tiny.stages for p in s.parts()} == local
 
 
 def test_success_of_a_build(script, tiny_model_dir) -> None:
     spread = script("warmstart_spread")
     ledger = spread.ledger_spec()
-    assert ledger["show_balances"] is False and ledger["n_test"] > 2
+    overlay = yaml.safe_load((spread.REPO / "config/smoke_ledger.yaml").read_text())
+    assert ledger == overlay["benchmarks"]["ledger"]["ledger"] and ledger["n_test"] > 2
     assert 0 <= spread.success(tiny_model_dir, 1, {**ledger, "n_test": 2}) <= 1

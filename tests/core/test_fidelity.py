@@ -21,6 +21,7 @@ from envace.core.fidelity import (
     field_f1,
     is_error_value,
     json_equal,
+    paired_difference,
     pairs_from_line,
     predict_observations,
     score_pair,
@@ -160,6 +161,27 @@ def test_aggregate_is_task_level():
         aggregate([])
 
 
+def _scored(task: str, tool: str, exact: float, obs: str = "{}") -> dict[str, Any]:
+    return {"task_id": task, "sample": 0, "split": "x", "tool": tool, "real_kind": "success",
+            "pred_kind": "success", "agree": 1.0, "exact": exact, "field_f1": exact,
+            "call": {"name": tool, "arguments": {}}, "observation": obs, "prediction": None}
+
+
+def test_paired_difference_is_over_the_same_pairs_by_task():
+    """A - B per metric, task means first, paired bootstrap over tasks; documents of other pairs are not
+    compared (None)."""
+    b = [_scored(t, "f" if i % 2 else "g", 0.0) for i, t in enumerate("abcdefgh")]
+    a = [{**p, "exact": 1.0, "field_f1": 1.0} if p["task_id"] in "abcdef" else p for p in b]
+    out = paired_difference(a, b, resamples=500, seed=1)
+    assert out["overall"]["exact"]["point"] == pytest.approx(6 / 8)
+    assert 0 < out["overall"]["exact"]["ci_low"] <= 0.75 <= out["overall"]["exact"]["ci_high"] <= 1
+    assert out["overall"]["agree"]["point"] == 0.0 and out["overall"]["n_tasks"] == 8
+    assert set(out["per_tool"]) == {"f", "g"} and out["per_tool"]["f"]["n_pairs"] == 4
+    assert paired_difference(a, b[:-1]) is None  # not the same pairs
+    assert paired_difference(a, [{**b[0], "observation": "other"}, *b[1:]]) is None
+    assert paired_difference([], []) is None
+
+
 def _write(path, lines):
     return write_results(path, lines, model="qwen3_8b", benchmark="bfcl_multi_turn", seed=0, scale="smoke",
                          config_hash="0123456789abcdef", git_commit="abc", package_versions={})
@@ -208,6 +230,16 @@ def test_fidelity_command_end_to_end(tmp_path, repo_root):
     assert "| bfcl_multi_turn | tiny | (all) | 3 | 2 |" in md
     assert "| bfcl_multi_turn | other | get_weather |" in md
     assert len(csv_path.read_text().splitlines()) == 1 + 2 * 2
+    assert " - " not in md  # each model rehearsed qwen3_8b's trajectories, but qwen3_8b did not
+
+    # report.fidelity.trajectories: the trajectories' own model rehearsed the same pairs -> paired rows
+    ref = tmp_path / "fid" / "qwen3_8b.json"
+    ref.write_text(json.dumps({**doc, "model": "qwen3_8b"}))
+    assert main(["fidelity-report", "--inputs", str(out), str(ref), "--table", str(table), "--csv",
+                 str(csv_path)]) == 0
+    md = table.read_text()
+    assert "| bfcl_multi_turn | tiny - qwen3_8b | (all) | 3 | 2 | +0.0 [+0.0, +0.0] |" in md
+    assert "paired 95% bootstrap interval" in md
     assert fig.stat().st_size > 0 and fig.with_suffix(".png").stat().st_size > 0
 
 

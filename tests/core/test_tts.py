@@ -13,6 +13,7 @@ from envace.core.tts import (
     EVAL_FALLBACK_FEEDBACK,
     TTSConfig,
     cap_tokens,
+    fallback_memory_suffixes,
     parse_evaluation,
     parse_memory,
     run_tts,
@@ -171,6 +172,19 @@ def test_fallbacks_are_defined_and_counted(tokenizer):
     assert "Rehearsal 1 (no usable review" in rec.memory and "FEEDBACK-TWO" in rec.memory
     assert "ATTEMPT-TWO-ANSWER" in rec.memory
     assert rec.memory in actor.prompts[0]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_fallback_memory_suffixes_are_what_the_commit_appends(tokenizer, n):
+    """The warm start's ``memory`` rows use :func:`fallback_memory_suffixes`: it must be, text for text,
+    what a commit appends when no review and no summary is usable and every attempt answered."""
+    answers = ["ATTEMPT-ONE-ANSWER", "ATTEMPT-TWO-ANSWER"][:n]
+    rehearser = [t for a in answers for t in ([a, "not a review"])] + ["no memory tags"]
+    result, _, _, actor, _ = _run(tokenizer, "sequential", rehearser, ["done"], n=n)
+    assert result.record.as_dict()["fallbacks"] == {"evaluation": n, "summary": 1}
+    expected = "<|im_start|>system\n" + TASK.system + fallback_memory_suffixes(answers)[-1]
+    assert actor.prompts[0].startswith(expected)
+    assert actor.prompts[0][len(expected):].startswith("\n\n# Tools")  # the memory ends there
 
 
 def test_aux_prompt_over_limit_falls_back(tokenizer):

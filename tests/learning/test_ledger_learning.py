@@ -56,6 +56,16 @@ RUN = OVERLAY["training"]["runs"]["envace_8b"]
 LEDGER = OVERLAY["benchmarks"]["ledger"]["ledger"]
 
 
+def local_stages(stages: list[dict], folder: Path) -> list[dict]:
+    """The overlay's warm-start stages reading ``folder``'s ledger records: each stage's and mix item's
+    ``data/smoke/ledger_<split>.jsonl`` becomes ``folder/ledger_<split>.jsonl``."""
+    def local(part: dict) -> dict:
+        data = part["data"] if isinstance(part["data"], list) else [part["data"]]
+        out = {**part, "data": [str(folder / Path(d).name) for d in data]}
+        return {**out, "mix": [local(m) for m in part["mix"]]} if "mix" in part else out
+    return [local(stage) for stage in stages]
+
+
 @pytest.fixture(scope="module")
 def warm_start(tmp_path_factory) -> Path:
     """The overlay's warm start (saved model folder with its tokenizer), built as the DAG builds the tiny
@@ -66,16 +76,15 @@ def warm_start(tmp_path_factory) -> Path:
         assert (Path(given) / "config.json").is_file(), f"ENVACE_LEDGER_WARM={given}: no saved model there"
         return Path(given)
     tmp = tmp_path_factory.mktemp("ledger_warm")
-    records = tmp / "ledger_train.jsonl"
     cfg = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())
     cfg["benchmarks"]["ledger"] = OVERLAY["benchmarks"]["ledger"]
-    stages = OVERLAY["tiny_model"]["warmstart"]
-    cfg["tiny_model"]["warmstart"] = [{**stage, "data": str(records)} for stage in stages]
+    cfg["tiny_model"]["warmstart"] = local_stages(OVERLAY["tiny_model"]["warmstart"], tmp)
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     envace = str(Path(PYTHON).parent / "envace")
-    _run_cmd([envace, "ledger-records", "--config", str(config), "--out", str(records)], tmp / "records.log",
-             600)
+    for split in ("train", "world"):
+        _run_cmd([envace, "ledger-records", "--config", str(config), "--split", split,
+                  "--out", str(tmp / f"ledger_{split}.jsonl")], tmp / f"records_{split}.log", 600)
     _run_cmd([envace, "tiny-model", "--config", str(config), "--out", str(tmp / "warm")], tmp / "warm.log",
              3600)
     return tmp / "warm"
@@ -91,6 +100,7 @@ def _train_and_evaluate(warm: Path, out: Path, seed: int, sign: int) -> dict:
           "--prompts", str(RUN["prompts_per_step"]), "--rollouts", str(RUN["rollouts_per_prompt"]),
           "--max-tokens", str(cap), "--reward", OVERLAY["training"]["reward"],
           "--n-train", str(LEDGER["n_train"]), "--n-test", str(LEDGER["n_test"]),
+          *(["--show-balances"] if LEDGER.get("show_balances") else []),
           "--seed", str(seed), "--sign", str(sign)],
          out.parent / f"{out.name}.log", 3600)
     result = json.loads((out / "result.json").read_text())

@@ -211,3 +211,20 @@ def test_learning_names_an_unknown_model(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=r"report\.learning' names unknown Table 1 model 'envace_99b'"):
         load_config(path)
+
+
+def test_fidelity_trajectories_must_be_a_table1_model(tmp_path: Path) -> None:
+    """report.fidelity.trajectories: its evaluation files are every fidelity run's input, so it must be a
+    model that Table 1 evaluates."""
+    raw = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    rehearse = {"prompt": "rehearsal_v2", "max_tokens": 8, "max_context_tokens": 64, "temperature": 0.0,
+                "seed": 0, "enable_thinking": False}
+    raw["report"]["fidelity"] = {"models": ["qwen3_8b"], "benchmarks": ["vitabench"],
+                                 "trajectories": "envace_99b", "rehearse": rehearse}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"report\.fidelity\.trajectories' names unknown Table 1 model"):
+        load_config(path)
+    raw["report"]["fidelity"]["trajectories"] = raw["evaluation"]["table1"]["models"][0]
+    path.write_text(yaml.safe_dump(raw))
+    assert load_config(path)["report"]["fidelity"]["trajectories"] == raw["evaluation"]["table1"]["models"][0]

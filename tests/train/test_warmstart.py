@@ -7,9 +7,18 @@ import torch
 
 from envace.cli.main import main
 from envace.core.rehearsal import OutcomeKind, parse_rehearsal_output
+from envace.core.tts import fallback_memory_suffixes
 from envace.serve.tiny_model import tiny_model_and_tokenizer
 from envace.train.data import convert
-from envace.train.warmstart import GREETING, USER_SYSTEM, _response_nll, sft, sft_sequences
+from envace.train.warmstart import (
+    GREETING,
+    USER_SYSTEM,
+    Stage,
+    _response_nll,
+    hides_references,
+    sft,
+    sft_sequences,
+)
 
 FIXTURE = "tests/data/cm2_fixture.jsonl"
 
@@ -65,6 +74,74 @@ def test_omitting_the_tool_list_shortens_only_acting_and_answering_rows(repo_roo
         else:
             assert ids_s == ids
     assert changed == 2 * 2 * sum(1 for ex in examples if ex.reference_calls)  # act + answer, 2 renderings
+
+
+def test_hidden_references_build_the_test_time_rehearsal_prompt_for_a_fixed_share(repo_root):
+    """A stage's ``hidden_references`` share of the examples rehearse with no reference responses in the
+    prompt (test-time rehearsal's prompt); which ones is a fixed function of the uid; the targets are
+    unchanged."""
+    _, tok = tiny_model_and_tokenizer()
+    examples = _examples(repo_root)
+    marker = "Reference calls and responses"
+
+    def rehearse(fraction, prompt="rehearsal_v2"):
+        rows = sft_sequences(examples, tok, rehearsal_prompt=prompt, behaviours=["rehearse"],
+                             template_variants=({},), hidden_references=fraction)
+        return [(tok.decode(ids[:p]), ids[p:]) for ids, p in rows]
+
+    shown, hidden, half = rehearse(0.0), rehearse(1.0), rehearse(0.5)
+    assert all(marker in p for p, _ in shown) and not any(marker in p for p, _ in hidden)
+    assert [t for _, t in shown] == [t for _, t in hidden] == [t for _, t in half]
+    chosen = {ex.uid for ex in examples if hides_references(ex.uid, 0.5)}
+    assert 0 < len(chosen) < len(examples)  # the fixture's uids fall on both sides
+    assert hides_references("any-uid", 1.0) and not hides_references("any-uid", 0.0)
+    per_example = [ex.uid for ex in examples for _ in ex.reference_calls]
+    assert [marker not in p for p, _ in half] == [uid in chosen for uid in per_example]
+    compact = rehearse(1.0, "rehearsal_compact")
+    assert all(len(c) < len(h) for (c, _), (h, _) in zip(compact, hidden, strict=True))
+    assert [t for _, t in compact] == [t for _, t in hidden]
+    try:
+        rehearse(1.5)
+    except ValueError as exc:
+        assert "hidden_references" in str(exc)
+    else:
+        raise AssertionError("a fraction above 1 was accepted")
+
+
+def test_memory_rows_act_under_the_commit_prompt_of_a_fallback_memory(repo_root):
+    """``memory``: the acting rows again, with each fallback TTS memory (after 1 and 2 attempts) in the
+    system turn, as the TTS commit builds it; the target is the reference call."""
+    _, tok = tiny_model_and_tokenizer()
+    examples = [ex for ex in _examples(repo_root) if ex.reference_calls][:2]
+    act = sft_sequences(examples, tok, behaviours=["act"], template_variants=({},))
+    memory = sft_sequences(examples, tok, behaviours=["memory"], template_variants=({},))
+    assert len(memory) == 2 * len(act)
+    suffixes = fallback_memory_suffixes(["x", "x"])
+    assert len(suffixes) == 2 and "Rehearsal 2" in suffixes[1] and "Rehearsal 2" not in suffixes[0]
+    for k, (ids, p) in enumerate(memory):
+        prompt = tok.decode(ids[:p])
+        assert "# Rehearsal memory" in prompt and "Final answer: The result: " in prompt
+        assert ("Rehearsal 2" in prompt) == (k % 2 == 1)
+        assert ids[p:] == act[k // 2][0][act[k // 2][1]:]
+
+
+def test_a_stage_writes_new_keys_only_when_set():
+    """A stage without the newer keys keeps the mapping (and so the build key) it had before them."""
+    old = {"data": "x", "steps": 1, "lr": 0.1}
+    assert set(Stage.parse(old, "s").as_dict()) == {"data", "steps", "lr", "batch_rows", "behaviours",
+                                                      "renderings", "omit_tool_list"}
+    new = Stage.parse({**old, "hidden_references": 0.5, "rehearsal_prompt": "rehearsal_compact",
+                       "behaviours": ["act", "memory"]}, "s")
+    written = new.as_dict()
+    assert written["hidden_references"] == 0.5 and written["rehearsal_prompt"] == "rehearsal_compact"
+    for bad, key in (({**old, "hidden_references": 2}, "hidden_references"),
+                     ({**old, "rehearsal_prompt": "nope"}, "rehearsal_prompt")):
+        try:
+            Stage.parse(bad, "tiny_model.warmstart[0]")
+        except ValueError as exc:
+            assert f"tiny_model.warmstart[0].{key}" in str(exc)
+        else:
+            raise AssertionError(f"{key} accepted")
 
 
 def test_a_later_rehearsal_row_continues_the_first_ones_chat(repo_root):

@@ -42,7 +42,12 @@ TINY_MODEL = f"{MODELS_DIR}/tiny"
 CONDA_ENV = "../../environment.yml"
 
 
-LEDGER_SPLITS = ("train", "test")  # the ledger's splits rule ledger_records writes
+# the splits rule ledger_records writes; world = the REHEARSE warm-start data
+LEDGER_SPLITS = (
+    "train",
+    "test",
+    "world",
+)
 
 
 def ledger_records_file(split):
@@ -102,6 +107,15 @@ def _write_spec(path, payload):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return str(path)
+
+
+def ledger_spec(split):
+    """The ledger_records outputs depend on benchmarks.ledger (its generator settings: seed,
+    sizes, show_balances), so a changed setting rewrites the records (and re-trains what reads them).
+    """
+    bench = CFG["benchmarks"].get("ledger") or {}
+    payload = {"split": split, "ledger": bench.get("ledger") or {}}
+    return _write_spec(f"{RESULTS}/specs/ledger/{split}.json", payload)
 
 
 def run_spec(run):
@@ -190,11 +204,13 @@ def _warmstart_stages():
 
 
 def tiny_model_data():
-    """The records files of the tiny model's warm-start stages (each stage's data: a file or a list)."""
+    """The records files of the tiny model's warm-start stages (each stage's and each of its mix items'
+    data: a file or a list)."""
     files = []
     for stage in _warmstart_stages():
-        data = stage["data"]
-        files += [data] if isinstance(data, str) else list(data)
+        for part in [stage, *stage.get("mix", [])]:
+            data = part["data"]
+            files += [data] if isinstance(data, str) else list(data)
     return list(dict.fromkeys(files))
 
 

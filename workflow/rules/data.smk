@@ -26,6 +26,8 @@ rule build_tiny_model:
 rule ledger_records:
     """The ledger's reference records of one split (benchmarks.ledger), CM2's layout: a warm-start stage's
     data or training.data.source may name them (ledger_records_file)."""
+    input:
+        spec=lambda wc: ledger_spec(wc.split),
     output:
         records=ledger_records_file("{split}"),
     log:

@@ -145,7 +145,9 @@ def one_job_plan():
             {
                 "model": m,
                 **model_source(m),
-                "fidelity_results": eval_files(m, b, root=RESULTS),
+                "fidelity_results": eval_files(
+                    FIDELITY.get("trajectories", m), b, root=RESULTS
+                ),
                 "out": f"{RESULTS}/fidelity/{m}/{b}.json",
             }
             for m in FIDELITY["models"]

@@ -14,6 +14,7 @@ from envace.bench.ledger import (
     generate_tasks,
     reference_record,
     score_episode,
+    world_records,
     write_records,
 )
 from envace.core.environment import Services
@@ -121,6 +122,25 @@ def test_write_records_round_trips(tmp_path):
     assert not list(out.parent.glob("*.tmp"))
 
 
+def test_world_records_probe_every_account_with_the_real_observation(tmp_path):
+    """One record per account of the task's initial state: the task's question, a get_balance call on that
+    account, the real ledger's observation; with stated balances each is a number the question states.
+    Their reference call is what the warm start rehearses (normalised as any CM2 record)."""
+    task = generate_tasks(0, 3, 0, show_balances=True)["train"][0]
+    records = world_records(task)
+    assert [r["uuid"] for r in records] == [f"{task.task_id}-{a}" for a in sorted(task.initial)]
+    for account, record in zip(sorted(task.initial), records, strict=True):
+        assert record["messages"][1]["content"] == task.question
+        example = normalize_record(record, 0)
+        assert example.reference_calls == [{"name": "get_balance", "arguments": {"account": account}}]
+        observation = json.loads(record["messages"][-1]["content"])
+        assert observation == {"account": account, "balance": task.initial[account]}
+        assert f'"{account}" {task.initial[account]}' in task.question
+    out = tmp_path / "world.jsonl"
+    write_records([task], out, world=True)
+    assert [json.loads(x)["uuid"] for x in out.read_text().splitlines()] == [r["uuid"] for r in records]
+
+
 def test_gold_replays_through_the_evaluation_runner(tmp_path):
     """Each task's reference calls, as model text, through the runner's parser, rollout and scorer."""
     from envace.bench.scripted import script_for_calls
@@ -170,6 +190,10 @@ def test_ledger_records_command_reads_the_configs_generator(tmp_path, repo_root,
     assert main(["ledger-records", "--config", str(path), "--split", "train", "--out", str(out)]) == 0
     ids = [json.loads(x)["uuid"] for x in out.read_text().splitlines()]
     assert ids == [t.task_id for t in generate_tasks(3, 5, 2)["train"]]
+    world = tmp_path / "world.jsonl"
+    assert main(["ledger-records", "--config", str(path), "--split", "world", "--out", str(world)]) == 0
+    assert [json.loads(x)["uuid"] for x in world.read_text().splitlines()] == [
+        r["uuid"] for t in generate_tasks(3, 5, 2)["train"] for r in world_records(t)]
     cfg["benchmarks"]["ledger"]["ledger"]["n_tasks"] = 4
     path.write_text(yaml.safe_dump(cfg))
     assert main(["ledger-records", "--config", str(path), "--out", str(tmp_path / "x.jsonl")]) == 1
