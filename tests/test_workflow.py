@@ -142,9 +142,10 @@ def test_one_job_plan_serves_each_weight_folder_once(repo_root, scratch):
 
 def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root, scratch):
     """`make smoke`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's records
-    (train and world, the warm start's data) before the tiny model, six runs (EnvACE at three seeds, GRPO with each reward, per-role) and the
-    evaluation job (each Table 1 model, Table 2's two other models and the checkpoint
-    also on the ledger, every TTS setting on it too, fidelity on BFCL-v4 and the ledger)."""
+    (train and world, the warm start's data) before the tiny model, six runs (EnvACE at three seeds,
+    GRPO with each reward, per-role) and the evaluation job (each Table 1 model, Table 2's two other
+    models and the checkpoint also on the ledger, every TTS setting on it too, fidelity on BFCL-v4 and
+    the ledger)."""
     rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
                       "config/smoke_ledger.yaml", scratch("ledger"))
     assert rc == 0, out
