@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip prints one warning per package for this machine's unused local index folders; hide only those.
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: smoke smoke-slurm test lint dryrun clean-smoke
+.PHONY: smoke smoke-world-model smoke-slurm test lint dryrun clean-smoke
 # config/smoke_ledger.yaml merged over config/smoke.yaml: the ledger's science (see its header)
 SMOKE_CONFIGS := config/smoke.yaml config/smoke_ledger.yaml
 SMOKE_ARGS := --workflow-profile none --configfile $(SMOKE_CONFIGS)
@@ -48,6 +48,13 @@ smoke: $(STAMP)
 	@echo "  paper diff: results/smoke/paper_diff.md (and .json; its learning section: trained - base per seed)"
 	@echo "  report:     results/smoke/report.html (one page: all of the above, provenance, what ran where)"
 	@echo "  timings:    .venv/bin/python benchmarks/bench_smoke.py"
+
+# The world-model half at smoke scale (config/smoke_world_model.yaml over make smoke's configs; the
+# same folders as make smoke: it replaces those outputs). Not yet make smoke (docs/user_guide.md).
+WORLD_CONFIGS := $(SMOKE_CONFIGS) config/smoke_world_model.yaml
+smoke-world-model: $(STAMP)
+	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile $(WORLD_CONFIGS) -- all
+	$(BIN)/python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke $(WORLD_CONFIGS)
 
 # The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost
 # (root + Debian: `scripts/slurm_localhost.sh install && scripts/slurm_localhost.sh start` first).

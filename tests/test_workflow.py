@@ -142,7 +142,7 @@ def test_one_job_plan_serves_each_weight_folder_once(repo_root, scratch):
 
 def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root, scratch):
     """`make smoke`: config/smoke_ledger.yaml merged over the smoke config plans the ledger's records
-    (train and world, the warm start's data) before the tiny model, six runs (EnvACE at three seeds,
+    before the tiny model, six runs (EnvACE at three seeds,
     GRPO with each reward, per-role) and the evaluation job (each Table 1 model, Table 2's two other
     models and the checkpoint also on the ledger, every TTS setting on it too, fidelity on BFCL-v4 and
     the ledger)."""
@@ -150,9 +150,20 @@ def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root, scratch):
                       "config/smoke_ledger.yaml", scratch("ledger"))
     assert rc == 0, out
     counts = job_counts(out)
-    assert counts["ledger_records"] == 2 and counts["build_tiny_model"] == 1 and counts["train"] == 6
+    assert counts["ledger_records"] == 1 and counts["build_tiny_model"] == 1 and counts["train"] == 6
     assert counts["evaluate_all"] == 1 and counts["summary"] == 28
     assert "evaluate_ours" not in job_counts(dry_run(repo_root, "all")[1])  # the paper DAG: no ledger
+
+
+def test_world_model_overlay_adds_the_world_records_to_the_same_dag(repo_root, scratch):
+    """`make smoke-world-model`: config/smoke_world_model.yaml over the ledger smoke plans the same jobs
+    plus the ledger's world records (the warm start's REHEARSE data)."""
+    rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
+                      "config/smoke_ledger.yaml", "config/smoke_world_model.yaml", scratch("world"))
+    assert rc == 0, out
+    counts = job_counts(out)
+    assert counts["ledger_records"] == 2 and counts["build_tiny_model"] == 1 and counts["train"] == 6
+    assert counts["evaluate_all"] == 1
 
 
 @functools.cache
