@@ -310,19 +310,14 @@ async def predict_observations(
 
 def _summarize(scores: Sequence[PairScore], bootstrap: Mapping[str, Any]) -> dict[str, Any]:
     tasks = sorted({s.task_id for s in scores})
-    index = {t: k for k, t in enumerate(tasks)}
     out: dict[str, Any] = {"n_pairs": len(scores), "n_tasks": len(tasks),
                            "pred_kinds": {k: sum(s.pred_kind == k for s in scores)
                                           for k in ("success", "error", "malformed", "skipped")},
                            "real_error_rate": float(np.mean([s.real_kind == "error" for s in scores]))}
+    records = [asdict(s) for s in scores]
     for metric in METRICS:
-        values = np.array([getattr(s, metric) for s in scores], dtype=float)
-        sums = np.bincount([index[s.task_id] for s in scores], weights=values, minlength=len(tasks))
-        counts = np.bincount([index[s.task_id] for s in scores], minlength=len(tasks))
-        matrix = TaskMatrix(values=(sums / counts)[:, None], group_index=np.zeros(len(tasks), dtype=int),
-                            group_weights=np.ones(1), task_ids=tuple(tasks))
-        interval = bootstrap_mean(matrix, **bootstrap)
-        out[metric] = {**interval.as_dict(), "micro": float(values.mean())}
+        interval = bootstrap_mean(_task_means(records, metric, tasks), **bootstrap)
+        out[metric] = {**interval.as_dict(), "micro": float(np.mean([r[metric] for r in records]))}
     return out
 
 

@@ -48,10 +48,7 @@ def _paired_rows(docs: Sequence[Mapping[str, Any]], per_tool: bool
             same_calls = doc["benchmark"] == ref["benchmark"] and doc["trajectory_models"] == [ref["model"]]
             if doc is ref or not same_calls:
                 continue
-            boot = doc.get("bootstrap") or {}
-            diff = paired_difference(doc.get("pairs") or [], ref["pairs"],
-                                     resamples=boot.get("resamples", 10_000), seed=boot.get("seed", 12345),
-                                     confidence=boot.get("confidence", 0.95))
+            diff = paired_difference(doc.get("pairs") or [], ref["pairs"], **(doc.get("bootstrap") or {}))
             if diff is None:
                 continue
             entries = [("(all)", diff["overall"])] + (sorted(diff["per_tool"].items()) if per_tool else [])
@@ -67,8 +64,8 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
     the three metrics. Written through a temporary file and renamed.
     """
     rows = []
-    docs = _load(paths)
-    for doc in sorted(docs, key=lambda d: (d["benchmark"], d["model"])):
+    docs = sorted(_load(paths), key=lambda d: (d["benchmark"], d["model"]))
+    for doc in docs:
         if doc["summary"]["overall"] is None:  # no (call, observation) pairs in its trajectories
             rows.append((doc["benchmark"], doc["model"], "(all)", None))
             continue
