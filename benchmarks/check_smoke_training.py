@@ -8,10 +8,12 @@ episode ending at its first malformed rehearsal, fails), and some batch of some 
 best reward of 1.0), so the in-batch spread is printed per run and
 required of the DAG, not of each run. A per-role run (``roles: per_role`` in the config) logged both
 policies' rollout-vs-actor agreement (``envace/rollout_actor_corr/act`` and ``.../rehearse``) at every
-step, each at least ``MIN_AGREEMENT``. Prints each run's episode endings (``envace/termination/*``) and
-lowest agreement per policy. Where the config has ``report.learning`` (``config/smoke_ledger.yaml``),
-every listed model's ``trained - base`` on each of our benchmarks must RISE in the paper diff
-(``<results>/paper_diff.json``, ``learning``: the paired bootstrap interval over tasks lies above 0).
+step, each at least ``MIN_AGREEMENT``. Prints each run's episode endings
+(``envace/termination/*``), lowest agreement per policy and its REHEARSE answers' exact match with the
+references (``envace/rehearse/reference_exact``) at its first and last step. Where the config has
+``report.learning`` (``config/smoke_ledger.yaml``), every listed model's ``trained - base`` on each of our
+benchmarks must RISE in the paper diff (``<results>/paper_diff.json``, ``learning``: the paired bootstrap
+interval over tasks lies above 0).
 
 Per run, from its outputs (:func:`check_outputs`): verl's file logger holds every step 1..total_steps
 exactly once (a resumed run must not log a step twice nor skip one); the done-file says the run ended at
@@ -45,6 +47,7 @@ from pathlib import Path
 from envace.common.config import evaluation_pairs, figure5_models, merge_config_files, run_reward
 
 STEP = re.compile(r"step:(\d+) - ")
+EXACT = "envace/rehearse/reference_exact"  # REHEARSE answers equal to the reference response, per step
 CORR = "envace/rollout_actor_corr/"
 DIFF = "envace/rollout_actor_prob_diff/"
 SMOKE_CONFIGS = [Path(__file__).resolve().parents[1] / "config" / name
@@ -103,11 +106,14 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
                 for k in sorted({k for r in rows for k in r if k.startswith("envace/termination/")})}
         corr = {k.removeprefix(CORR): agreement(rows, k.removeprefix(CORR))
                 for k in sorted({k for r in rows for k in r if k.startswith(CORR)})}
+        exact = [float(r[EXACT]) for r in rows if EXACT in r]
         print(f"{run}: verl step lines {steps or 'none'}; rows ACT {act:.0f} REHEARSE {rehearse:.0f}; "
               f"largest in-batch reward spread {spread:.3f}; rewards {worst:.3f} to {best:.3f}; episode ends "
               + (", ".join(f"{k} {v:.0%}" for k, v in ends.items()) or "not logged")
               + "; lowest rollout-vs-actor agreement "
-              + (", ".join(f"{k} {_agreement_text(v)}" for k, v in corr.items()) or "not logged"))
+              + (", ".join(f"{k} {_agreement_text(v)}" for k, v in corr.items()) or "not logged")
+              + "; answers equal to the reference "
+              + (f"{exact[0]:.0%} at the first step, {exact[-1]:.0%} at the last" if exact else "not logged"))
         # the trained policies: a per-role run's two; a shared run's one, on all its rows ("shared"; its
         # per-role subsets, "shared/act" and "shared/rehearse", are printed: a step may have no row of one)
         policies = ("act", "rehearse") if runs_cfg.get(run, {}).get("roles") == "per_role" else ("shared",)

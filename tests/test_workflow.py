@@ -157,12 +157,13 @@ def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root, scratch):
 
 def test_world_model_overlay_adds_the_world_records_to_the_same_dag(repo_root, scratch):
     """`make smoke-world-model`: config/smoke_world_model.yaml over the ledger smoke plans the same jobs
-    plus the ledger's world records (the warm start's REHEARSE data)."""
+    plus the ledger's world records (the warm start's REHEARSE data) and the REHEARSE-side control's
+    training."""
     rc, out = dry_run(repo_root, "all", "--forceall", "--configfile", "config/smoke.yaml",
                       "config/smoke_ledger.yaml", "config/smoke_world_model.yaml", scratch("world"))
     assert rc == 0, out
     counts = job_counts(out)
-    assert counts["ledger_records"] == 2 and counts["build_tiny_model"] == 1 and counts["train"] == 6
+    assert counts["ledger_records"] == 2 and counts["build_tiny_model"] == 1 and counts["train"] == 7
     assert counts["evaluate_all"] == 1
 
 

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
 from envace.bench import get_adapter
 from envace.common.atomic import atomic_write_json
 from envace.common.config import DEFAULT_CONFIG, ConfigError, load_config
+from envace.common.exit_codes import EXIT_USAGE
 from envace.common.results import read_results
 from envace.core.fidelity import (
     CallPair,
@@ -72,6 +74,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", required=True, help="CSV table")
     p.add_argument("--figure", help="figure (.pdf; a .png is written beside it)")
     p.add_argument("--no-per-tool", action="store_true", help="only the overall rows")
+    p.add_argument("--contrast", action="append", default=[], metavar="A:B",
+                   help="one more `A - B` row set (model ids that rehearsed the same trajectories); "
+                   "repeatable")
     p.set_defaults(func=run_report, command_name="fidelity-report")
 
 
@@ -279,7 +284,16 @@ def _write_doc(out: Path, doc: dict[str, Any]) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    outs = fidelity_table(args.inputs, args.table, args.csv, per_tool=not args.no_per_tool)
+    contrasts = []
+    for text in args.contrast:
+        a, sep, b = text.partition(":")
+        if not (sep and a and b):
+            print(f"envace fidelity-report: --contrast wants A:B (two model ids), got {text!r}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        contrasts.append((a, b))
+    outs = fidelity_table(args.inputs, args.table, args.csv, per_tool=not args.no_per_tool,
+                          contrasts=contrasts)
     if args.figure:
         outs += fidelity_figure(args.inputs, args.figure)
     print("envace fidelity-report: wrote " + ", ".join(str(p) for p in outs))

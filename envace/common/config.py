@@ -110,6 +110,8 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         flat = block.values() if fig == "fig3" else [m for sizes in block.values() for m in sizes.values()]
         for mid in flat:
             need("model", mid, models, f"report.{fig}")
+    for run in cfg["report"].get("fig5_rehearse_runs", []):
+        need("training run", run, runs, "report.fig5_rehearse_runs")
     learning = cfg["report"].get("learning")
     if learning:
         table1 = cfg["evaluation"]["table1"]["models"]
@@ -120,6 +122,9 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         need("model", mid, models, "report.fidelity.models")
     for bench in fidelity.get("benchmarks", []):
         need("benchmark", bench, benchmarks, "report.fidelity.benchmarks")
+    for pair in fidelity.get("contrasts", []):
+        for mid in pair:
+            need("model", mid, fidelity.get("models", []), "report.fidelity.contrasts")
     if "trajectories" in fidelity:  # its evaluation files are every fidelity run's input: Table 1's
         table1 = cfg["evaluation"]["table1"]["models"]
         need("Table 1 model", fidelity["trajectories"], table1, "report.fidelity.trajectories")
@@ -257,6 +262,11 @@ def episode_rules(run_spec: Mapping[str, Any]) -> dict[str, Any]:
     return {**EPISODE_DEFAULTS, **(run_spec.get("episode", {}) or {})}
 
 
+#: Episode rules added after results existed, whose default is the behaviour from before: at that default
+#: they stay out of a run's spec hash (:func:`training_key`), so adding the switch leaves every result
+#: valid; any other value is hashed like every rule.
+HASH_NEUTRAL_DEFAULTS = {"rehearse_advantage": "train"}
+
 #: The ``training`` keys besides ``runs`` that change every trained model (data, judge, reward and its
 #: rules): part of each run's spec hash (:func:`training_key`).
 TRAINING_SHARED_KEYS = ("data", "judge", "reward", "reward_rules")
@@ -276,7 +286,8 @@ def training_key(cfg: Mapping[str, Any], run: str) -> dict[str, Any] | None:
     if spec is None:
         return None
     shared = {k: cfg["training"].get(k) for k in TRAINING_SHARED_KEYS}
-    return {"run": {**spec, "episode": episode_rules(spec)}, **shared}
+    episode = {k: v for k, v in episode_rules(spec).items() if HASH_NEUTRAL_DEFAULTS.get(k, object()) != v}
+    return {"run": {**spec, "episode": episode}, **shared}
 
 
 def _model_key(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
@@ -327,6 +338,12 @@ def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
 def ours_benchmarks(cfg: Mapping[str, Any]) -> list[str]:
     """``evaluation.ours_benchmarks``: benchmarks of ours reported beside the paper's (default none)."""
     return list(cfg["evaluation"].get("ours_benchmarks", []))
+
+
+def fig5_rehearse_runs(cfg: Mapping[str, Any]) -> list[str]:
+    """``report.fig5_rehearse_runs``: the training runs whose per-step REHEARSE fidelity Figure 5 draws
+    (default: ``evaluation.checkpoints.run``)."""
+    return list(cfg["report"].get("fig5_rehearse_runs", [cfg["evaluation"]["checkpoints"]["run"]]))
 
 
 def tts_benchmarks(cfg: Mapping[str, Any]) -> list[str]:

@@ -27,6 +27,13 @@ Implemented:
   the resampling unit is the **task** (pairs of one task, pooled over its samples, are averaged first,
   so correlated pairs of one trajectory are not treated as independent); the pair-weighted ("micro")
   mean is reported beside it without an interval.
+- :func:`reference_agreement` — the training-time counterpart, per rollout: each call a model answered
+  (:attr:`envace.core.rollout.Trajectory.rehearsed`) against the training example's reference response
+  for the same call (same name, equal arguments; the k-th answer to a call is compared with the k-th
+  reference of that call, as the reference dialogue ordered them; answers beyond those, and calls the
+  reference never made, have no reference). With the rehearsal prompt that shows the references
+  (training's) this measures how faithfully REHEARSE reproduces them step by step; the trainer logs it
+  as ``envace/rehearse/*`` (:func:`envace.train.verl_ext.trainer.rehearse_reference_stats`).
 The report's fidelity table and figure are :mod:`envace.report.fidelity`.
 
 Simplifications: numbers compare by value (``1 == 1.0``; booleans are not numbers); empty objects and
@@ -47,6 +54,7 @@ from envace.core.rehearsal import (
     CallCandidate,
     OutcomeKind,
     RehearsalContext,
+    RehearsalOutcome,
     RehearsalPrompt,
     ToolRegistry,
     parse_rehearsal_output,
@@ -68,6 +76,8 @@ __all__ = [
     "aggregate",
     "paired_difference",
     "pair_record",
+    "REFERENCE_COUNTS",
+    "reference_agreement",
 ]
 
 METRICS = ("agree", "exact", "field_f1")
@@ -381,3 +391,46 @@ def pair_record(pair: CallPair, prediction: str | None, score: PairScore) -> dic
     """The JSON record of one scored pair (what ``envace fidelity`` stores per pair)."""
     return {**asdict(score), "call": {"name": pair.call.name, "arguments": pair.call.arguments},
             "observation": pair.observation, "prediction": prediction}
+
+
+#: The counts :func:`reference_agreement` returns, in this order.
+REFERENCE_COUNTS = ("answered", "malformed", "referenced", "exact", "agree")
+
+
+def _call_key(name: str, arguments: Any) -> str:
+    return json.dumps([name, arguments], sort_keys=True, ensure_ascii=False, default=str)
+
+
+def reference_agreement(
+    rehearsed: Sequence[tuple[ToolCall | None, RehearsalOutcome]],
+    references: Sequence[Mapping[str, Any]],
+) -> dict[str, int]:
+    """Counts of one rollout (see the module docstring): ``answered`` (calls a model answered),
+    ``malformed`` (of those, malformed replies), ``referenced`` (answers with a reference response),
+    ``exact`` and ``agree`` (of the referenced: equal JSON value; same success/error kind; a malformed
+    reply is neither). Arguments are matched by canonical JSON (key order ignored); reference items that
+    are not ``{"call": {"name", "arguments"}, "response"}`` are ignored."""
+    queues: dict[str, list[Any]] = {}
+    for ref in references:
+        call = ref.get("call") if isinstance(ref, Mapping) else None
+        if isinstance(call, Mapping) and isinstance(call.get("name"), str) and "response" in ref:
+            args = _decode_arguments(call.get("arguments", {}))
+            if args is not None:
+                queues.setdefault(_call_key(call["name"], args), []).append(ref["response"])
+    counts = dict.fromkeys(REFERENCE_COUNTS, 0)
+    for call, outcome in rehearsed:
+        counts["answered"] += 1
+        malformed = outcome.kind == OutcomeKind.MALFORMED
+        counts["malformed"] += int(malformed)
+        queue = queues.get(_call_key(call.name, call.arguments)) if call is not None else None
+        if not queue:
+            continue
+        real = queue.pop(0)  # decoded JSON, as envace.train.data stores it (text that is not JSON: a string)
+        counts["referenced"] += 1
+        if malformed:
+            continue
+        value = _value(outcome.observation)
+        predicted_error = outcome.kind == OutcomeKind.ERROR or is_error_value(value)
+        counts["exact"] += int(json_equal(value, real))
+        counts["agree"] += int(predicted_error == is_error_value(real))
+    return counts

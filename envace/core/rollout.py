@@ -224,7 +224,9 @@ class Trajectory:
     observations). ``generations``: ACT and REHEARSE outputs in order. ``act_ids``: the final ACT context,
     shape ``(L,)``; ``act_segments``: ``(role, length)`` runs covering ``act_ids``. ``encoded_tokens``:
     token ids produced by encoding text, per context kind (``"act"``, ``"rehearse"``).
-    ``user_turns``: user turns the ACT chat holds (1 + the replayed ones).
+    ``user_turns``: user turns the ACT chat holds (1 + the replayed ones). ``rehearsed``: each call a
+    model answered (the policy's REHEARSE role or the external simulator; not prechecks, not a real
+    environment), in order, with its parsed outcome (``call`` ``None``: an unparsable call).
     """
 
     messages: list[dict[str, Any]]
@@ -236,6 +238,7 @@ class Trajectory:
     final_answer: str | None = None
     encoded_tokens: dict[str, int] = field(default_factory=dict)
     user_turns: int = 1
+    rehearsed: list[tuple[ToolCall | None, RehearsalOutcome]] = field(default_factory=list)
 
 
 def _expand(segments: list[tuple[TokenRole, int]]) -> np.ndarray:
@@ -285,6 +288,7 @@ class _Run:
         self.segments: list[tuple[TokenRole, int]] = [(TokenRole.PROMPT, len(self.act.ids))]
         self.limit = len(self.act.ids) + config.max_response_tokens
         self.generations: list[Generation] = []
+        self.rehearsed: list[tuple[ToolCall | None, RehearsalOutcome]] = []
         self.pending_users = list(user_turns or []) if config.replay_user_turns else []
         self.continue_dialogue = continue_dialogue
         self.user_turn = 0
@@ -326,11 +330,13 @@ class _Run:
                                            trainable=self.config.mode == Mode.REHEARSAL,
                                            user_turn=self.user_turn))
         assert self.rehearse_ctx.tokens is not None
-        return parse_rehearsal_output(
+        outcome = parse_rehearsal_output(
             self._decode(self.rehearse_ctx.tokens, ids),
             terminate_on_malformed=self.config.terminate_on_rehearsal_malformed,
             terminate_on_error=self.config.terminate_on_rehearsal_error,
         )
+        self.rehearsed.append((candidate.call, outcome))
+        return outcome
 
     async def _respond(self, candidate: CallCandidate, turn: int) -> RehearsalOutcome | None:
         """The observation for one call; ``None`` means the context limit was hit."""
@@ -354,7 +360,7 @@ class _Run:
         encoded = {"act": self.act.encoded_tokens,
                    "rehearse": self.rehearse_ctx.encoded_tokens if self.rehearse_ctx else 0}
         return Trajectory(self.messages, self.generations, termination, self.act.ids, self.segments, turns,
-                          answer, encoded, self.user_turn + 1)
+                          answer, encoded, self.user_turn + 1, self.rehearsed)
 
     async def _next_user_turn(self, turns: int) -> Termination | None:
         """After a final answer: inject the next reference user turn (``None``: ACT goes on) or say why

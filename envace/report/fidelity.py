@@ -35,30 +35,37 @@ def _diff_cell(entry: Mapping[str, Any]) -> str:
     return f"{100 * entry['point']:+.1f} [{100 * entry['ci_low']:+.1f}, {100 * entry['ci_high']:+.1f}]"
 
 
-def _paired_rows(docs: Sequence[Mapping[str, Any]], per_tool: bool
+def _paired_rows(docs: Sequence[Mapping[str, Any]], per_tool: bool, contrasts: Sequence[tuple[str, str]] = ()
                  ) -> list[tuple[str, str, str, Mapping[str, Any]]]:
-    """``(benchmark, "A - B", tool, difference)`` for every document A that rehearsed the calls of model
-    B's trajectories where B's own document did too (``report.fidelity.trajectories``): the paired
-    difference over the same pairs (:func:`envace.core.fidelity.paired_difference`)."""
-    rows = []
+    """``(benchmark, "A - B", tool, difference)``: the paired difference over the same pairs
+    (:func:`envace.core.fidelity.paired_difference`) for every document A that rehearsed the calls of
+    model B's trajectories where B's own document did too (``report.fidelity.trajectories``), then for
+    each ``(A, B)`` of ``contrasts`` (``report.fidelity.contrasts``) whose documents rehearsed the same
+    trajectories on one benchmark."""
+    couples = []
     for ref in docs:
         if ref["trajectory_models"] != [ref["model"]] or not ref.get("pairs"):
             continue
-        for doc in docs:
-            same_calls = doc["benchmark"] == ref["benchmark"] and doc["trajectory_models"] == [ref["model"]]
-            if doc is ref or not same_calls:
-                continue
-            diff = paired_difference(doc.get("pairs") or [], ref["pairs"], **(doc.get("bootstrap") or {}))
-            if diff is None:
-                continue
-            entries = [("(all)", diff["overall"])] + (sorted(diff["per_tool"].items()) if per_tool else [])
-            rows += [(doc["benchmark"], f"{doc['model']} - {ref['model']}", tool, d) for tool, d in entries]
+        couples += [(doc, ref) for doc in docs if doc is not ref and doc["benchmark"] == ref["benchmark"]
+                    and doc["trajectory_models"] == [ref["model"]]]
+    for a, b in contrasts:
+        couples += [(doc, ref) for doc in docs for ref in docs
+                    if doc["model"] == a and ref["model"] == b and doc["benchmark"] == ref["benchmark"]
+                    and doc["trajectory_models"] == ref["trajectory_models"] and ref.get("pairs")]
+    rows = []
+    for doc, ref in couples:
+        diff = paired_difference(doc.get("pairs") or [], ref["pairs"], **(doc.get("bootstrap") or {}))
+        if diff is None:
+            continue
+        entries = [("(all)", diff["overall"])] + (sorted(diff["per_tool"].items()) if per_tool else [])
+        rows += [(doc["benchmark"], f"{doc['model']} - {ref['model']}", tool, d) for tool, d in entries]
     return rows
 
 
 def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str | Path,
-                   per_tool: bool = True) -> list[Path]:
-    """Write the fidelity table (percent, 95% interval) from ``envace fidelity`` outputs.
+                   per_tool: bool = True, contrasts: Sequence[tuple[str, str]] = ()) -> list[Path]:
+    """Write the fidelity table (percent, 95% interval) from ``envace fidelity`` outputs; ``contrasts``:
+    more ``A - B`` rows (:func:`_paired_rows`).
 
     Rows: (benchmark, model, tool) with ``tool = "(all)"`` for the overall row; columns: pairs, tasks and
     the three metrics. Written through a temporary file and renamed.
@@ -90,7 +97,7 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
                   + " | ".join(_cell(s[m]) for m in METRICS) + " |")
         writer.writerow([bench, model, tool, s["n_pairs"], s["n_tasks"]]
                         + [s[m][k] for m in METRICS for k in ("point", "ci_low", "ci_high", "micro")])
-    paired = _paired_rows(docs, per_tool)
+    paired = _paired_rows(docs, per_tool, contrasts)
     for bench, label, tool, d in paired:
         md.append(f"| {bench} | {label} | {tool} | {d['n_pairs']} | {d['n_tasks']} | "
                   + " | ".join(_diff_cell(d[m]) for m in METRICS) + " |")
@@ -99,8 +106,8 @@ def fidelity_table(paths: Sequence[str | Path], out_md: str | Path, out_csv: str
     note = ("\nRehearsal fidelity (%, task-level mean with 95% bootstrap interval over tasks): the model's "
             "REHEARSE prediction vs the real observation of every recorded (call, observation) pair.\n")
     if paired:
-        note += ("Rows `A - B`: A's fidelity minus B's on the same pairs (B's trajectories, both models "
-                 "rehearsing them), percentage points with a paired 95% bootstrap interval over tasks.\n")
+        note += ("Rows `A - B`: A's fidelity minus B's on the same pairs (both models rehearsing the same "
+                 "trajectories), percentage points with a paired 95% bootstrap interval over tasks.\n")
     if any(d.get("scale") == "smoke" for d in docs):
         md.insert(0, "_SMOKE scale: a tiny model on a few tasks, not a reproduction_\n")
     return [atomic_write_text(out_md, "\n".join(md) + "\n" + note, parents=True),

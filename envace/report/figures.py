@@ -126,7 +126,8 @@ def fig4(ctx: ReportContext, fig: Figure) -> None:
 
 def fig5(ctx: ReportContext, fig: Figure) -> None:
     bench = ctx.cfg["evaluation"]["checkpoints"]["benchmark"]
-    ax = fig.add_subplot()
+    rehearse = points.figure5_rehearse(ctx)
+    ax, rax = fig.subplots(1, 2) if rehearse else (fig.add_subplot(), None)
     for extra in [None, *ours_benchmarks(ctx.cfg)]:
         cells = points.figure5(ctx, extra)
         steps = list(cells)
@@ -136,8 +137,16 @@ def fig5(ctx: ReportContext, fig: Figure) -> None:
     _paper(ax, list(known), list(known.values()))
     ax.set_xlabel("training step")
     ax.set_ylabel("score (%)" if ours_benchmarks(ctx.cfg) else f"{bench} score (%)")
-    ax.set_title("Training dynamics (Figure 5)")
+    ax.set_title("ACT: checkpoint score (Figure 5)")
     ax.legend()
+    if rax is not None:  # the REHEARSE role's dynamics (ours): its training rollouts vs the references
+        for run, series in rehearse.items():
+            rax.plot(list(series), list(series.values()), "-o", markersize=3, label=run)
+        rax.set_ylim(-2, 102)
+        rax.set_xlabel("training step")
+        rax.set_ylabel("answers equal to the reference (%)")
+        rax.set_title("REHEARSE: exact match in training (ours)")
+        rax.legend()
 
 
 def fig6(ctx: ReportContext, fig: Figure) -> None:

@@ -3,7 +3,9 @@
 * Figure 3: tau2 score of ``report.fig3`` models (standard GRPO, per-role policy, shared EnvACE).
 * Figure 4: BFCL-v4 and tau2 of ``report.fig4`` models (method -> size -> model).
 * Figure 5: score on ``evaluation.checkpoints.benchmark`` at every checkpoint step
-  (:meth:`ReportContext.checkpoint_model`).
+  (:meth:`ReportContext.checkpoint_model`); beside it, the REHEARSE role's per-step exact match with the
+  reference responses in each ``report.fig5_rehearse_runs`` run's training rollouts
+  (:func:`figure5_rehearse`, from ``<results>/train/<run>/done.json``).
 * Figures 3-5 also on each of ``evaluation.ours_benchmarks`` (ours, no paper points):
   ``benchmark=`` of :func:`figure3` / :func:`figure5`, the extra keys of :func:`figure4`.
 * Figure 6: Overall (mean of ``tts.benchmarks``) of every TTS setting ``{mode}_n{N}_{rehearser}`` and of
@@ -15,7 +17,9 @@
 
 from __future__ import annotations
 
-from envace.common.config import ours_benchmarks
+import json
+
+from envace.common.config import fig5_rehearse_runs, ours_benchmarks
 from envace.common.settings import TTSSetting
 from envace.report.context import Cell, ReportContext
 from envace.report.tts_context import OVERALL, ContextStats, overall
@@ -42,6 +46,23 @@ def figure5(ctx: ReportContext, benchmark: str | None = None) -> dict[int, Cell]
     ckpt = ctx.cfg["evaluation"]["checkpoints"]
     bench = benchmark or ckpt["benchmark"]
     return {step: ctx.mean("eval", ctx.checkpoint_model(step), [bench]) for step in ckpt["steps"]}
+
+
+def figure5_rehearse(ctx: ReportContext, metric: str = "reference_exact") -> dict[str, dict[int, float]]:
+    """run -> training step -> ``envace/rehearse/<metric>`` in percent, from each
+    :func:`~envace.common.config.fig5_rehearse_runs` run's done-file (``rehearse_per_step``, written by
+    ``envace train``). A run without a done-file or without the metric is left out (a results folder from
+    before the metric, or a run whose calls no model answered)."""
+    out: dict[str, dict[int, float]] = {}
+    for run in fig5_rehearse_runs(ctx.cfg):
+        done = ctx.results_dir / "train" / run / "done.json"
+        if not done.is_file():
+            continue
+        per_step = (json.loads(done.read_text()).get("rehearse_per_step") or {}).get(metric) or {}
+        if per_step:
+            steps = sorted(per_step, key=int)
+            out[run] = {int(s): 100.0 * float(per_step[s]) for s in steps}
+    return out
 
 
 def figure6(ctx: ReportContext, benchmark: str | None = None

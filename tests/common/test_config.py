@@ -162,3 +162,18 @@ def test_config_files_merge_as_snakemakes_configfile(repo_root, tmp_path):
     assert got == expected
     assert got["evaluation"]["table1"]["models"] == ["qwen3_8b"]
     assert got["evaluation"]["sampling"]["max_tokens"] == 7 and got["evaluation"]["sampling"]["top_p"] == 0.95
+
+
+def test_a_new_switch_at_its_old_behaviour_keeps_the_run_hash(paper):
+    """``episode.rehearse_advantage`` (added after results existed): ``train``, the behaviour before the
+    key, hashes like a run without it, so adding the switch leaves results valid; ``zero`` is a new run."""
+    from envace.common.config import training_key
+
+    cfg = copy.deepcopy(paper)
+    run = cfg["training"]["runs"]["envace_8b"]
+    run["episode"].pop("rehearse_advantage", None)
+    without = config_hash(training_key(cfg, "envace_8b"))
+    run["episode"]["rehearse_advantage"] = "train"
+    assert config_hash(training_key(cfg, "envace_8b")) == without
+    run["episode"]["rehearse_advantage"] = "zero"
+    assert config_hash(training_key(cfg, "envace_8b")) != without

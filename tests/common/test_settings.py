@@ -36,7 +36,7 @@ def rules_of(config: RolloutConfig) -> dict[str, object]:
 
 
 ROLLOUT_RULES = set(FIELD) | {"rehearse_max_tokens", "enable_thinking"}
-UPDATE_RULES = {"singleton_advantage", "advantage_sign"}  # read by the advantage estimator, not the rollout
+UPDATE_RULES = {"singleton_advantage", "advantage_sign", "rehearse_advantage"}  # the estimator reads these
 
 
 def test_every_episode_rule_has_one_documented_default():
@@ -57,6 +57,7 @@ def test_verl_files_start_from_the_same_defaults():
     assert bool(common.data.apply_chat_template_kwargs.enable_thinking) == EPISODE_DEFAULTS["enable_thinking"]
     assert common.algorithm.envace_singleton_advantage == EPISODE_DEFAULTS["singleton_advantage"]
     assert common.algorithm.envace_advantage_sign == EPISODE_DEFAULTS["advantage_sign"]
+    assert common.algorithm.envace_rehearse_advantage == EPISODE_DEFAULTS["rehearse_advantage"]
     for rule in ROLLOUT_RULES - {"enable_thinking"}:
         assert envace[rule] == EPISODE_DEFAULTS[rule], rule
 
@@ -75,6 +76,7 @@ def test_training_rollout_from_a_run_without_episode_rules(run):
     assert rules_of(built) == {k: EPISODE_DEFAULTS[k] for k in ROLLOUT_RULES}
     assert composed.algorithm.envace_singleton_advantage == EPISODE_DEFAULTS["singleton_advantage"]
     assert composed.algorithm.envace_advantage_sign == EPISODE_DEFAULTS["advantage_sign"]
+    assert composed.algorithm.envace_rehearse_advantage == EPISODE_DEFAULTS["rehearse_advantage"]
     bare = rollout_config_from({}, SimpleNamespace(prompt_length=100, response_length=50), {})
     assert rules_of(bare) == {k: EPISODE_DEFAULTS[k] for k in ROLLOUT_RULES}
 

@@ -240,6 +240,16 @@ def test_fidelity_command_end_to_end(tmp_path, repo_root):
     md = table.read_text()
     assert "| bfcl_multi_turn | tiny - qwen3_8b | (all) | 3 | 2 | +0.0 [+0.0, +0.0] |" in md
     assert "paired 95% bootstrap interval" in md
+    assert "tiny - other" not in md
+
+    # report.fidelity.contrasts: two models that rehearsed the same trajectories (a run and its control)
+    assert main(["fidelity-report", "--inputs", str(out), str(other), "--table", str(table), "--csv",
+                 str(csv_path), "--contrast", "tiny:other"]) == 0
+    md = table.read_text()
+    assert "| bfcl_multi_turn | tiny - other | (all) | 3 | 2 | +0.0 [+0.0, +0.0] |" in md
+    assert "other - tiny" not in md and " - qwen3_8b" not in md
+    assert main(["fidelity-report", "--inputs", str(out), "--table", str(table), "--csv", str(csv_path),
+                 "--contrast", "tiny"]) == 2
     assert fig.stat().st_size > 0 and fig.with_suffix(".png").stat().st_size > 0
 
 
@@ -301,3 +311,38 @@ def test_fidelity_with_no_pairs_is_a_row_not_an_error(tmp_path):
                  "--figure", str(fig)]) == 0
     assert "| bfcl_multi_turn | tiny | (all) | 0 | 0 | — (no pairs)" in table.read_text()
     assert fig.stat().st_size > 0
+
+
+def test_reference_agreement_counts_in_reference_order():
+    """The k-th answer to a call meets the k-th reference of that call (arguments by value, key order
+    ignored); a malformed reply counts as referenced but neither exact nor agreeing; a call the reference
+    never made, and an unparsable one, are answered but unreferenced."""
+    from envace.core.fidelity import reference_agreement
+    from envace.core.rehearsal import parse_rehearsal_output
+
+    def said(text: str):
+        return parse_rehearsal_output(f"<execution_result>{text}</execution_result>")
+
+    bal = ToolCall("get_balance", {"account": "A", "currency": "EUR"})
+    refs = [
+        {"call": {"name": "get_balance", "arguments": {"currency": "EUR", "account": "A"}},
+         "response": {"b": 5}},
+        {"call": {"name": "transfer", "arguments": "{\"to\": \"B\"}"}, "response": {"error": "UNKNOWN"}},
+        {"call": {"name": "get_balance", "arguments": {"account": "A", "currency": "EUR"}},
+         "response": {"b": 3}},
+        {"not": "a reference"},
+    ]
+    rehearsed = [
+        (bal, said('{"b": 5}')),                                # exact, agree
+        (ToolCall("transfer", {"to": "B"}), said('{"ok": true}')),  # success for an error: neither
+        (bal, said('{"b": 5.0}')),                              # the second reference (3): agree only
+        (bal, parse_rehearsal_output("no tags")),               # a third call: no reference left
+        (ToolCall("get_balance", {"account": "Z"}), said('{"b": 1}')),  # never in the reference
+        (None, said('{"b": 1}')),                               # unparsable call
+    ]
+    assert reference_agreement(rehearsed, refs) == {
+        "answered": 6, "malformed": 1, "referenced": 3, "exact": 1, "agree": 2}
+    assert reference_agreement([(bal, parse_rehearsal_output("no tags"))], refs) == {
+        "answered": 1, "malformed": 1, "referenced": 1, "exact": 0, "agree": 0}
+    assert reference_agreement([], refs) == dict.fromkeys(("answered", "malformed", "referenced", "exact",
+                                                           "agree"), 0)

@@ -228,3 +228,25 @@ def test_fidelity_trajectories_must_be_a_table1_model(tmp_path: Path) -> None:
     raw["report"]["fidelity"]["trajectories"] = raw["evaluation"]["table1"]["models"][0]
     path.write_text(yaml.safe_dump(raw))
     assert load_config(path)["report"]["fidelity"]["trajectories"] == raw["evaluation"]["table1"]["models"][0]
+
+
+def test_fidelity_contrasts_and_fig5_runs_name_known_ones(tmp_path: Path) -> None:
+    """report.fidelity.contrasts: both models among report.fidelity.models; report.fig5_rehearse_runs:
+    training runs."""
+    raw = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    rehearse = {"prompt": "rehearsal_v2", "max_tokens": 8, "max_context_tokens": 64, "temperature": 0.0,
+                "seed": 0, "enable_thinking": False}
+    raw["report"]["fidelity"] = {"models": ["qwen3_8b", "envace_8b"], "benchmarks": ["vitabench"],
+                                 "contrasts": [["envace_8b", "grpo_8b"]], "rehearse": rehearse}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"report\.fidelity\.contrasts' names unknown model 'grpo_8b'"):
+        load_config(path)
+    raw["report"]["fidelity"]["contrasts"] = [["envace_8b", "qwen3_8b"]]
+    raw["report"]["fig5_rehearse_runs"] = ["envace_8b", "qwen3_8b"]
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"fig5_rehearse_runs' names unknown training run 'qwen3_8b'"):
+        load_config(path)
+    raw["report"]["fig5_rehearse_runs"] = ["envace_8b"]
+    path.write_text(yaml.safe_dump(raw))
+    assert load_config(path)["report"]["fidelity"]["contrasts"] == [["envace_8b", "qwen3_8b"]]

@@ -180,6 +180,26 @@ def test_figures_written(tmp_path: Path, figure: str) -> None:
     assert out.stat().st_size > 1000 and out.with_suffix(".png").stat().st_size > 1000
 
 
+def test_figure5_follows_rehearse_per_step(tmp_path: Path, cfg: dict, results_copy: Path) -> None:
+    """Figure 5's REHEARSE panel: each ``report.fig5_rehearse_runs`` run's per-step exact match from its
+    done-file, in percent and step order; a run without a done-file or the metric is left out."""
+    from envace.report.points import figure5_rehearse
+
+    done = results_copy / "train" / "envace_8b" / "done.json"
+    done.parent.mkdir(parents=True)
+    done.write_text(json.dumps({"rehearse_per_step": {"reference_exact": {"10": 0.5, "2": 0.25}}}))
+    other = results_copy / "train" / "grpo_8b" / "done.json"
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps({"judge_failures_per_step": {}}))
+    runs = {**cfg, "report": {**cfg["report"], "fig5_rehearse_runs": ["envace_8b", "grpo_8b", "per_role_8b"]}}
+    assert figure5_rehearse(ReportContext(runs, results_copy)) == {"envace_8b": {2: 25.0, 10: 50.0}}
+    assert figure5_rehearse(ReportContext(cfg, results_copy)) == {"envace_8b": {2: 25.0, 10: 50.0}}  # default
+    out = tmp_path / "fig5.pdf"
+    assert run_cli(["figures", "fig5", "--config", str(EXAMPLE_CONFIG), "--results-dir", str(results_copy),
+                    "--out", str(out)]) == 0
+    assert out.with_suffix(".png").stat().st_size > 1000
+
+
 def corrupt_truncate(results: Path) -> None:
     path = eval_path(results, "envace_8b", "tau2", 1)
     path.write_text(path.read_text()[:-15] + "\n")

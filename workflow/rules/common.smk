@@ -12,6 +12,7 @@ from envace.common.config import (
     config_hash,
     eval_hash,
     evaluation_pairs,
+    fig5_rehearse_runs,
     figure5_models,
     ours_benchmarks,
     training_key,
@@ -299,12 +300,18 @@ def figure_inputs(figure):
         ]
     if figure == "fig5":
         benches = [CFG["evaluation"]["checkpoints"]["benchmark"], *OURS]
+        # the REHEARSE panel's done-files: only when this DAG trains (a report_source has its own, if any)
+        done = (
+            [f"{RESULTS}/train/{r}/done.json" for r in fig5_rehearse_runs(CFG)]
+            if REPORT_SOURCE == RESULTS
+            else []
+        )
         return [
             f
             for m in figure5_models(CFG).values()
             for b in benches
             for f in eval_files(m, b)
-        ]
+        ] + done
     if figure == "fig6":
         return [
             f

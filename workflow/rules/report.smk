@@ -189,6 +189,11 @@ rule fidelity_report:
         f"{RESULTS}/benchmarks/fidelity_report.tsv"
     conda:
         CONDA_ENV
+    params:
+        contrasts=" ".join(
+            f"--contrast {a}:{b}"
+            for a, b in CFG["report"].get("fidelity", {}).get("contrasts", [])
+        ),
     shell:
         "envace fidelity-report --inputs {input} --table {output.md} --csv {output.csv} "
-        "--figure {output.pdf} > {log} 2>&1"
+        "--figure {output.pdf} {params.contrasts} > {log} 2>&1"

@@ -13,6 +13,9 @@ group gets ``A = R`` (``algorithm.envace_singleton_advantage: reward``, the auth
 (``zero``, ours before); set from ``training.runs.<run>.episode.singleton_advantage``.
 ``algorithm.envace_advantage_sign`` (``episode.advantage_sign``, default 1) multiplies every advantage:
 -1 is the negative control of the learning test (a correct trainer then unlearns), never a method setting.
+``algorithm.envace_rehearse_advantage`` (``episode.rehearse_advantage``, default ``train``): ``zero`` sets
+the advantage of every REHEARSE row (id ending ``::rehearse``) to 0 after the baselines are taken, the
+control that tells whether the REHEARSE updates do anything; the ACT rows' advantages are unchanged.
 
 Rows whose id starts with :data:`PAD_PREFIX` (or whose response mask is all zero) form no group with
 anything else: padding never enters a baseline.
@@ -31,6 +34,7 @@ from envace.core.advantage import role_wise_grpo
 __all__ = ["ESTIMATOR", "PAD_PREFIX", "role_group_ids", "compute_role_wise_advantage"]
 
 ESTIMATOR = "envace_role_wise"
+REHEARSE = "rehearse"  # the role name the agent loop writes (envace_role)
 PAD_PREFIX = "__pad__"
 
 
@@ -72,8 +76,13 @@ def compute_role_wise_advantage(
     sign = int(config.get("envace_advantage_sign", 1)) if config is not None else 1
     if sign not in (1, -1):
         raise ValueError(f"algorithm.envace_advantage_sign must be 1 or -1, got {sign}")
+    rehearse = str(config.get("envace_rehearse_advantage", "train")) if config is not None else "train"
+    if rehearse not in ("train", "zero"):
+        raise ValueError(f"algorithm.envace_rehearse_advantage must be 'train' or 'zero', got {rehearse!r}")
     adv = sign * role_wise_grpo(ids, np.zeros(len(ids), dtype=np.int64), rewards, norm_by_std=norm,
                                 singleton=singleton)
+    if rehearse == "zero":
+        adv[np.char.endswith(ids.astype(str), f"::{REHEARSE}")] = 0.0
     scores = torch.as_tensor(adv, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
     scores = scores.unsqueeze(-1) * response_mask
     return scores, scores

@@ -9,8 +9,9 @@ generation** (one ACT turn or one REHEARSE reply), in generation order:
   ``response_mask`` all ones, ``response_logprobs`` = the server's log-probs (the same ids the rollout
   saw: nothing is decoded and re-encoded).
 - ``extra_fields``: ``envace_role`` (``"act"`` / ``"rehearse"``), ``envace_turn``, ``envace_user_turn``,
-  ``envace_row``, ``envace_termination``; the last output also carries the trajectory's
-  ``envace_messages`` (JSON).
+  ``envace_row``, ``envace_termination``, the trajectory's REHEARSE-vs-reference counts
+  ``envace_rehearse_{answered,malformed,referenced,exact,agree}``; the last output also carries the
+  trajectory's ``envace_messages`` (JSON).
 - Multi-turn replay: the row's ``extra_info["user_turns"]`` (JSON list of the reference dialogue's later
   user messages; missing or empty = one user turn) is replayed after each final answer
   (``envace.replay_user_turns``, default true, the authors' ``ChecklistEnv``; see :mod:`envace.core.rollout`).
@@ -89,6 +90,7 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.utils.import_utils import load_extern_object
 
 from envace.common.settings import EPISODE_DEFAULTS
+from envace.core.fidelity import reference_agreement
 from envace.core.reward import reward_rules_from_env
 from envace.core.rollout import Mode, RolloutConfig, Trajectory, run_rollout, template_kwargs
 
@@ -288,6 +290,7 @@ def trajectory_outputs(
     global_steps: tuple[int | None, int | None] = (None, None),
     pad_token_id: int = 0,
     row_penalty: Callable[[list[int]], float] | None = None,
+    references: list[dict[str, Any]] | None = None,
 ) -> list[AgentLoopOutput]:
     """One ``AgentLoopOutput`` per trainable generation of ``traj`` (see the module docstring).
 
@@ -302,14 +305,18 @@ def trajectory_outputs(
     treats a fully masked row as padding, outside every baseline. ``row_penalty``: maps a generation's
     response ids to what its row's reward gets added (``extra_fields["envace_row_penalty"]``, applied by
     :class:`envace.train.verl_ext.trainer.EnvaceTrainer` after verl copies the trajectory's reward to every
-    row).
+    row). ``references``: the example's reference ``{"call", "response"}`` pairs; every output carries the
+    trajectory's :func:`envace.core.fidelity.reference_agreement` counts as ``envace_rehearse_<count>``
+    (the trainer's ``envace/rehearse/*`` metrics).
     """
     gens = [g for g in traj.generations if g.trainable or train_all]
+    counts = reference_agreement(traj.rehearsed, references or [])
     common = {
         "envace_termination": str(traj.termination),
         "envace_num_generations": len(gens),
         "min_global_steps": global_steps[0],
         "max_global_steps": global_steps[1],
+        **{f"envace_rehearse_{k}": v for k, v in counts.items()},
     }
     outputs = []
     for i, g in enumerate(gens):
@@ -417,7 +424,8 @@ class EnvaceAgentLoop(AgentLoopBase):
         steps = (min(lows) if lows else None, max(highs) if highs else None)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return trajectory_outputs(traj, reward, train_all=per_role, reward_info=reward_info,
-                                  global_steps=steps, pad_token_id=int(pad), row_penalty=self._row_penalty())
+                                  global_steps=steps, pad_token_id=int(pad), row_penalty=self._row_penalty(),
+                                  references=list(references))
 
     def _row_penalty(self) -> Callable[[list[int]], float] | None:
         """``training.reward_rules.empty_response_penalty: per_row`` (the authors'

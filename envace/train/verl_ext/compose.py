@@ -3,7 +3,8 @@
 Implemented: :func:`run_overrides` turns ``training.runs.<run>`` (the single source of truth) into Hydra
 override strings for verl's ``ppo_trainer`` (its ``episode`` block -> ``envace.terminate_on_rehearsal_error``,
 ``envace.replay_user_turns``, ``envace.context_budget``, ``envace.rehearsal_prompt``, ``envace.turn_cap``,
-``envace.max_env_steps``, ``algorithm.envace_singleton_advantage``, ``algorithm.envace_advantage_sign``);
+``envace.max_env_steps``, ``algorithm.envace_singleton_advantage``, ``algorithm.envace_advantage_sign``,
+``algorithm.envace_rehearse_advantage``);
 :func:`compose` composes ``envace/train/verl_ext/config/<run>.yaml``
 (which holds only differences from verl's defaults) with those overrides using Hydra's compose API, the
 same composition ``python -m verl.trainer.main_ppo --config-path ... --config-name <run>`` performs.
@@ -114,6 +115,7 @@ def run_overrides(
         "envace.max_env_steps": int(ep["max_env_steps"]),
         "algorithm.envace_singleton_advantage": ep["singleton_advantage"],
         "algorithm.envace_advantage_sign": int(ep["advantage_sign"]),
+        "algorithm.envace_rehearse_advantage": ep["rehearse_advantage"],
     }
     if r.get("seed") is not None:  # else verl's defaults (data.seed null, rollout.seed 42)
         o["data.seed"] = int(r["seed"])

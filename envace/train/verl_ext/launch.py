@@ -182,17 +182,34 @@ def merge_metrics(checkpoint_dir: str | Path) -> list[int]:
     return steps
 
 
-def judge_failures_per_step(checkpoint_dir: str | Path) -> dict[str, float]:
-    """``{step: failed checklist verdicts}`` from ``metrics.jsonl`` (``envace/judge/failures``, logged by
-    :class:`envace.train.verl_ext.trainer.EnvaceTrainer`); steps without a judge are absent."""
+def metric_per_step(checkpoint_dir: str | Path, key: str) -> dict[str, float]:
+    """``{step: value}`` of one metric from the run's merged ``metrics.jsonl``; steps that did not log it
+    are absent."""
     f = Path(checkpoint_dir) / "metrics.jsonl"
     out: dict[str, float] = {}
     for line in f.read_text().splitlines() if f.is_file() else []:
         row = json.loads(line)
-        value = (row.get("data") or {}).get("envace/judge/failures")
+        value = (row.get("data") or {}).get(key)
         if value is not None:
             out[str(row["step"])] = float(value)
     return out
+
+
+def judge_failures_per_step(checkpoint_dir: str | Path) -> dict[str, float]:
+    """``{step: failed checklist verdicts}`` (``envace/judge/failures``, logged by
+    :class:`envace.train.verl_ext.trainer.EnvaceTrainer`); steps without a judge are absent."""
+    return metric_per_step(checkpoint_dir, "envace/judge/failures")
+
+
+#: The REHEARSE-vs-reference metrics copied per step into the done-file (``rehearse_per_step``).
+REHEARSE_METRICS = ("reference_exact", "reference_agree", "malformed_share")
+
+
+def rehearse_per_step(checkpoint_dir: str | Path) -> dict[str, dict[str, float]]:
+    """``{metric: {step: value}}`` of ``envace/rehearse/<metric>`` for :data:`REHEARSE_METRICS` (logged
+    by :func:`envace.train.verl_ext.trainer.rehearse_reference_stats`); metrics no step logged are absent."""
+    per = {m: metric_per_step(checkpoint_dir, f"envace/rehearse/{m}") for m in REHEARSE_METRICS}
+    return {m: v for m, v in per.items() if v}
 
 
 def _next_metrics_file(checkpoint_dir: str | Path) -> Path:
@@ -304,6 +321,7 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
     payload = {"run": run, "last_step": after, "resumed_from": before, "checkpoint_dir": checkpoint_dir,
                "trainer": "verl.trainer.main_ppo", "scale": cfg.get("scale"),
                "metrics": str(Path(checkpoint_dir) / "metrics.jsonl"), "versions": _versions(),
-               "judge_failures_per_step": judge_failures_per_step(checkpoint_dir)}
+               "judge_failures_per_step": judge_failures_per_step(checkpoint_dir),
+               "rehearse_per_step": rehearse_per_step(checkpoint_dir)}
     atomic_write_json(done, payload, indent=1, end="", parents=True)
     return 0 if after >= total else 1

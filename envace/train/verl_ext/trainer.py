@@ -15,6 +15,10 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   its done-file.
 - Episode endings (:func:`termination_stats`): each step logs ``envace/termination/<reason>``, the share
   of its trajectories that ended for each :class:`envace.core.rollout.Termination` reason.
+- REHEARSE against the references (:func:`rehearse_reference_stats`): each step logs
+  ``envace/rehearse/*``, how many calls a model answered, the share malformed, and how often the answer
+  equals the example's reference response for the same call (exact JSON value; success/error kind):
+  the REHEARSE role's training dynamics beside the reward's.
 - :meth:`EnvaceTrainer._update_actor`: one optimizer step per batch (authors' script). verl sizes PPO
   mini-batches as ``ppo_mini_batch_size x rollout.n`` rows, which assumes one row per rollout; with one
   row per generation a step has many more rows, so the mini-batch is set to the whole (padded) batch for
@@ -69,6 +73,7 @@ from omegaconf import open_dict
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from envace.core.fidelity import REFERENCE_COUNTS
 from envace.train.verl_ext.advantage import role_group_ids
 
 __all__ = [
@@ -82,6 +87,7 @@ __all__ = [
     "check_rollout_agreement",
     "prob_diffs",
     "judge_failure_stats",
+    "rehearse_reference_stats",
     "penalised_scores",
     "row_penalty_of",
     "row_role",
@@ -214,6 +220,28 @@ def termination_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
             counts[str(reason)] = counts.get(str(reason), 0) + 1
     total = sum(counts.values())
     return {f"envace/termination/{r}": n / total for r, n in sorted(counts.items())}
+
+
+def rehearse_reference_stats(extra_fields: Any, tags: Any) -> dict[str, float]:
+    """Per step, how the rehearsed observations compare with the examples' reference responses (the agent
+    loop's ``envace_rehearse_*`` counts, :func:`envace.core.fidelity.reference_agreement`), summed over the
+    step's trajectories (first rows; padding ignored): ``envace/rehearse/answered`` (calls a model
+    answered), ``envace/rehearse/malformed_share`` (of those), ``envace/rehearse/referenced_share`` (of
+    those, the ones with a reference response), ``envace/rehearse/reference_exact`` and
+    ``envace/rehearse/reference_agree`` (of the referenced: equal JSON value; same success/error kind).
+    A share whose denominator is 0 is not logged (no model-answered call, e.g. a real-environment run)."""
+    totals = dict.fromkeys(REFERENCE_COUNTS, 0)
+    for extra in first_rows(extra_fields, tags):
+        for key in REFERENCE_COUNTS:
+            totals[key] += int(extra_field(extra, f"envace_rehearse_{key}", 0) or 0)
+    out = {"envace/rehearse/answered": float(totals["answered"])}
+    if totals["answered"]:
+        out["envace/rehearse/malformed_share"] = totals["malformed"] / totals["answered"]
+        out["envace/rehearse/referenced_share"] = totals["referenced"] / totals["answered"]
+    if totals["referenced"]:
+        out["envace/rehearse/reference_exact"] = totals["exact"] / totals["referenced"]
+        out["envace/rehearse/reference_agree"] = totals["agree"] / totals["referenced"]
+    return out
 
 
 def check_judge_failures(stats: Mapping[str, float], max_share: float, step: int) -> None:
@@ -390,6 +418,7 @@ class EnvaceTrainer(PPOTrainerSync):
         judge = judge_failure_stats(data["extra_fields"], batch.tags)
         metrics.update(judge)
         metrics.update(termination_stats(data["extra_fields"], batch.tags))
+        metrics.update(rehearse_reference_stats(data["extra_fields"], batch.tags))
         envace = self.config.get("envace", None) or {}
         check_judge_failures(judge, float(envace.get("max_judge_failure_share", 0.5)), self.global_steps)
         self._apply_row_penalties(batch, data["extra_fields"], metrics)

@@ -52,3 +52,18 @@ def test_advantage_sign_negative_control() -> None:
     assert float(base[0, 0]) > 0 > float(flipped[0, 0])
     with pytest.raises(ValueError, match="envace_advantage_sign"):
         fn(scores, mask, index=ids, config=OmegaConf.create({"envace_advantage_sign": 0}))
+
+
+def test_rehearse_advantage_zero_control() -> None:
+    """``envace_rehearse_advantage: zero`` (the REHEARSE-side control) sets every REHEARSE row's advantage
+    to 0 and leaves the ACT rows' as they are; any other value is refused."""
+    ids = role_group_ids(["u", "u", "u", "u", "v"], ["act", "act", "rehearse", "rehearse", "rehearse"])
+    scores, mask = _batch([1.0, 0.0, 1.0, 0.0, 0.7])
+    base, _ = compute_role_wise_advantage(scores, mask, index=ids, config=OmegaConf.create({}))
+    ctrl, _ = compute_role_wise_advantage(scores, mask, index=ids,
+                                          config=OmegaConf.create({"envace_rehearse_advantage": "zero"}))
+    np.testing.assert_allclose(base[:, 0].numpy(), [0.5, -0.5, 0.5, -0.5, 0.7], atol=1e-6)
+    np.testing.assert_allclose(ctrl[:, 0].numpy(), [0.5, -0.5, 0.0, 0.0, 0.0], atol=1e-6)
+    with pytest.raises(ValueError, match="envace_rehearse_advantage"):
+        compute_role_wise_advantage(scores, mask, index=ids,
+                                    config=OmegaConf.create({"envace_rehearse_advantage": "off"}))

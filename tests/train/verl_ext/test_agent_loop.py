@@ -372,3 +372,29 @@ def test_blank_rows_get_their_own_penalty_through_trainer(monkeypatch):
     assert metrics["envace/rows/penalised"] == 1
     after = [r.tolist() for r in store["rm_scores"].unbind()]
     assert after == [[0.0, 0.0, pytest.approx(0.4)], [0.5], [0.0, 0.5]]
+
+
+def test_rehearse_reference_counts_reach_the_trainer_metrics():
+    """The same call twice against two references (18, then 19), both rehearsed as 18: the rows carry the
+    trajectory's counts, and the trainer's step metrics read them once per trajectory (first rows)."""
+    import json
+
+    from envace.train.verl_ext.trainer import rehearse_reference_stats
+
+    search = '<tool_call>\n{"name": "search", "arguments": {"query": "paris"}}\n</tool_call>'
+    said = '<execution_result>{"t": 18}</execution_result>'
+    loop, _ = _scripted_loop([search, said, search, said, "18 degrees."])
+    call = {"name": "search", "arguments": {"query": "paris"}}
+    extra = {"tools": json.dumps(TOOLS),
+             "references": [{"call": call, "response": {"t": 18}}, {"call": call, "response": {"t": 19}}]}
+    outs = asyncio.run(loop.run({}, raw_prompt=MESSAGES, extra_info=extra))
+    counts = {k: outs[0].extra_fields[f"envace_rehearse_{k}"]
+              for k in ("answered", "malformed", "referenced", "exact", "agree")}
+    assert counts == {"answered": 2, "malformed": 0, "referenced": 2, "exact": 1, "agree": 2}
+    assert all(o.extra_fields["envace_rehearse_exact"] == 1 for o in outs)
+    fields = [o.extra_fields for o in outs] * 2  # two trajectories alike
+    assert rehearse_reference_stats(fields, None) == {
+        "envace/rehearse/answered": 4.0, "envace/rehearse/malformed_share": 0.0,
+        "envace/rehearse/referenced_share": 1.0, "envace/rehearse/reference_exact": 0.5,
+        "envace/rehearse/reference_agree": 1.0}
+    assert rehearse_reference_stats([{"envace_row": 0}], None) == {"envace/rehearse/answered": 0.0}

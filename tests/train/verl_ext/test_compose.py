@@ -126,24 +126,27 @@ def test_episode_switches_reach_verl():
               "envace.context_budget=per_generation", "algorithm.envace_singleton_advantage=reward",
               "envace.rehearsal_prompt=rehearsal_v2", "envace.turn_cap=user_turn_end",
               "envace.max_env_steps=200", "algorithm.envace_advantage_sign=1",
+              "algorithm.envace_rehearse_advantage=train",
               "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"):
         assert o in ov
     run["episode"] = {"terminate_on_rehearsal_error": False, "replay_user_turns": False,
                       "context_budget": "episode", "singleton_advantage": "zero",
-                      "rehearsal_prompt": "rehearsal_v1", "turn_cap": "every_turn", "advantage_sign": -1}
+                      "rehearsal_prompt": "rehearsal_v1", "turn_cap": "every_turn", "advantage_sign": -1,
+                      "rehearse_advantage": "zero"}
     run["loss_agg_mode"] = "token-mean"
     ov = run_overrides(cfg, "envace_8b")
     for o in ("envace.terminate_on_rehearsal_error=false", "envace.replay_user_turns=false",
               "envace.context_budget=episode", "algorithm.envace_singleton_advantage=zero",
               "envace.rehearsal_prompt=rehearsal_v1", "envace.turn_cap=every_turn",
               "envace.max_env_steps=200", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-              "algorithm.envace_advantage_sign=-1"):
+              "algorithm.envace_advantage_sign=-1", "algorithm.envace_rehearse_advantage=zero"):
         assert o in ov
     c = compose("envace_8b", ov)
     assert c.envace.terminate_on_rehearsal_error is False and c.envace.replay_user_turns is False
     assert c.envace.context_budget == "episode" and c.algorithm.envace_singleton_advantage == "zero"
     assert c.envace.rehearsal_prompt == "rehearsal_v1" and c.envace.turn_cap == "every_turn"
     assert c.actor_rollout_ref.actor.loss_agg_mode == "token-mean" and c.algorithm.envace_advantage_sign == -1
+    assert c.algorithm.envace_rehearse_advantage == "zero"
     assert not any(o.startswith(("data.seed=", "actor_rollout_ref.rollout.seed=")) for o in ov)
     assert compose("envace_8b", ov).actor_rollout_ref.rollout.seed == 42  # no seed: verl's default
     run["seed"] = 7

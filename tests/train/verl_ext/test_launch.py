@@ -278,3 +278,13 @@ def test_done_file_lists_judge_failures_per_step(tmp_path):
     rows = [{"step": 1, "data": {key: 0.0}}, {"step": 2, "data": {key: 4.0}}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert L.judge_failures_per_step(tmp_path) == {"1": 0.0, "2": 4.0}
+
+
+def test_done_file_lists_rehearse_metrics_per_step(tmp_path):
+    """The REHEARSE-vs-reference metrics per step; a metric no step logged is left out."""
+    exact, malformed = "envace/rehearse/reference_exact", "envace/rehearse/malformed_share"
+    rows = [{"step": 1, "data": {exact: 0.25, malformed: 0.1}}, {"step": 2, "data": {exact: 0.5}}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert L.rehearse_per_step(tmp_path) == {"reference_exact": {"1": 0.25, "2": 0.5},
+                                             "malformed_share": {"1": 0.1}}
+    assert L.rehearse_per_step(tmp_path / "none") == {}
