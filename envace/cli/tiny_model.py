@@ -99,7 +99,13 @@ def build_key(args: argparse.Namespace) -> str:
     """16 hex digits over everything the build reads (see the module docstring)."""
     from envace.train.numerics import X86_PINS
 
-    stages = [{k: v for k, v in stage.as_dict().items() if k != "data"} for stage in args.stages]
+    def settings(stage: dict) -> dict:  # a stage's keys without its data paths (its mix parts' too)
+        out = {k: v for k, v in stage.items() if k != "data"}
+        if "mix" in out:
+            out["mix"] = [settings(part) for part in out["mix"]]
+        return out
+
+    stages = [settings(stage.as_dict()) for stage in args.stages]
     h = hashlib.sha256(json.dumps({"seed": args.seed, "stages": stages}).encode())
     for stage in args.stages:
         for part in stage.parts():

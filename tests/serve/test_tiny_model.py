@@ -189,6 +189,30 @@ def test_build_cache_hits_on_the_same_key_and_misses_on_another(tmp_path) -> Non
         f"tiny-{d['cache']['key']}" for d in (first, other))  # no half-written folder left behind
 
 
+def test_build_key_hashes_the_mix_data_bytes_not_their_paths(tmp_path) -> None:
+    """The same records under another path (a stage's data and its mix parts' alike) are the same key: a
+    moved data folder does not train again; changed bytes do."""
+    import argparse
+    import shutil
+
+    from envace.cli.tiny_model import build_key
+    from envace.train.warmstart import Stage
+
+    data = Path(__file__).resolve().parents[1] / "data" / "cm2_fixture.jsonl"
+    copy = tmp_path / "elsewhere" / "records.jsonl"
+    copy.parent.mkdir()
+    shutil.copy(data, copy)
+
+    def key(main_data: Path, mix_data: Path) -> str:
+        stage = Stage.parse({"data": str(main_data), "steps": 1, "lr": 0.01,
+                             "mix": [{"data": str(mix_data), "behaviours": ["rehearse"]}]}, "stage")
+        return build_key(argparse.Namespace(seed=0, stages=[stage], threads=2))
+
+    assert key(data, data) == key(copy, copy)
+    copy.write_text(data.read_text().splitlines()[0] + "\n")
+    assert key(data, data) != key(data, copy)
+
+
 def test_ledger_names_are_one_token_alike_in_question_and_call(tokenizer) -> None:
     """Every ledger account is one token, the same one where a question quotes it and where a call's
     JSON does (what lets the smoke model learn to copy it)."""
