@@ -16,7 +16,6 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,9 @@ class ConfigError(ValueError):
 
 
 def schema() -> dict[str, Any]:
-    """The JSON schema of the configuration (a dict)."""
-    text = resources.files("envace").joinpath("schemas/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    """The JSON schema of the configuration (a dict, parsed once:
+    :func:`envace.common.settings.config_schema`; read it, never change it)."""
+    return settings.config_schema()
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:

@@ -9,10 +9,14 @@ names cannot hold ``_`` (the schema's ``tts.rehearsers`` key pattern), so an id 
 (``envace/schemas/config.schema.yaml``), so the documented default and the applied one are one value (an
 ``x-`` keyword: Snakemake's ``validate`` fills a plain ``default`` into the config, which would rewrite the
 runs' spec files and re-train them).
+
+:func:`config_schema` is the one reader of that schema (parsed once per process; the validator and the
+defaults read the same object).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +66,16 @@ def tts_settings(tts: dict[str, Any]) -> list[TTSSetting]:
                              for rehearser in tts["rehearsers"]]
 
 
+@functools.cache
+def config_schema() -> dict[str, Any]:
+    """The config's JSON schema (``envace/schemas/config.schema.yaml``), parsed once; shared, so callers
+    read it and never change it."""
+    return yaml.safe_load(SCHEMA.read_text())
+
+
 def _episode_defaults() -> dict[str, Any]:
     """The ``x-default`` of each property of ``training.runs.<run>.episode`` in the schema."""
-    schema = yaml.safe_load(SCHEMA.read_text())
-    props = schema["$defs"]["training_run"]["properties"]["episode"]["properties"]
+    props = config_schema()["$defs"]["training_run"]["properties"]["episode"]["properties"]
     missing = sorted(k for k, p in props.items() if "x-default" not in p)
     if missing:
         raise RuntimeError(f"{SCHEMA}: training run episode keys without a default: {missing}")
@@ -80,5 +90,5 @@ def training_loggers(training: dict[str, Any]) -> list[str]:
     """verl's ``trainer.logger`` for every run: ``training.loggers``, else the schema's ``x-default``."""
     if "loggers" in training:
         return list(training["loggers"])
-    training_schema = yaml.safe_load(SCHEMA.read_text())["properties"]["training"]
+    training_schema = config_schema()["properties"]["training"]
     return list(training_schema["properties"]["loggers"]["x-default"])
