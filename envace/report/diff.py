@@ -30,6 +30,7 @@ from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, diff_paths
 from envace.report import points
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
+from envace.report.formatting import bounds, number, signed
 from envace.report.paper import decimals, load_claims
 from envace.report.tables import BUILDERS
 
@@ -289,10 +290,6 @@ def build_diff(ctx: ReportContext) -> dict[str, Any]:
     }
 
 
-def _num(value: float | None, dec: int) -> str:
-    return "—" if value is None else f"{value:.{dec}f}"
-
-
 def to_markdown(diff: dict[str, Any]) -> str:
     lines = ["# EnvACE: our results vs the paper", "", f"_{diff['header_line']}_", ""]
     lines.append("Cell statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(diff["counts"].items())))
@@ -300,10 +297,9 @@ def to_markdown(diff: dict[str, Any]) -> str:
     lines += ["| table | row | column | paper | ours | 95% CI | delta | status | note |", "|---" * 9 + "|"]
     for e in diff["entries"]:
         d = e["decimals"]
-        ci = "—" if e["ci_low"] is None else f"[{e['ci_low']:.{d}f}, {e['ci_high']:.{d}f}]"
         lines.append(
-            f"| {e['table']} | {e['row']} | {e['column']} | {_num(e['paper'], d)} | {_num(e['ours'], d)} "
-            f"| {ci} | {_num(e['delta'], d)} | {e['status']} | {e['note']} |"
+            f"| {e['table']} | {e['row']} | {e['column']} | {number(e['paper'], d)} | {number(e['ours'], d)} "
+            f"| {bounds(e, d)} | {number(e['delta'], d)} | {e['status']} | {e['note']} |"
         )
     lines += ["", "## Claims", ""]
     for c in diff["claims"]:
@@ -312,8 +308,7 @@ def to_markdown(diff: dict[str, Any]) -> str:
             if "missing" in comp:
                 lines.append(f"  - {comp['comparison']}: MISSING ({'; '.join(comp['missing'])})")
             else:
-                bounds = f"[{comp['ci_low']:+.2f}, {comp['ci_high']:+.2f}]"
-                lines.append(f"  - {comp['comparison']}: {comp['point']:+.2f} {bounds}")
+                lines.append(f"  - {comp['comparison']}: {signed(comp, 2)}")
     if diff.get("learning"):
         lines += ["", "## Learning on our benchmarks (ours: report.learning)", "",
                   "| benchmark | model | training seed | base | trained | gain | 95% CI | status |",
@@ -322,8 +317,8 @@ def to_markdown(diff: dict[str, Any]) -> str:
             gain = "—" if e["status"] == "MISSING" else f"{e['point']:+.2f}"
             ci = "—" if e["status"] == "MISSING" else f"[{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]"
             seed = "verl default" if e["training_seed"] is None else e["training_seed"]
-            lines.append(f"| {e['benchmark']} | {e['model']} | {seed} | {_num(e['base'], 2)} "
-                         f"| {_num(e['trained'], 2)} | {gain} | {ci} | {e['status']} |")
+            lines.append(f"| {e['benchmark']} | {e['model']} | {seed} | {number(e['base'], 2)} "
+                         f"| {number(e['trained'], 2)} | {gain} | {ci} | {e['status']} |")
     return "\n".join(lines) + "\n"
 
 

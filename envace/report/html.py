@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from envace.common.atomic import atomic_write_text
+from envace.report.formatting import bounds, number, signed
 
 HELP = "write the reproduction report: one self-contained HTML page (tables, figures, diff, provenance)"
 
@@ -145,8 +146,7 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 
 def _interval(c: dict[str, Any]) -> str:
     """``+1.2 [-0.3, +2.5]`` (``(degenerate)`` when every resample gave the same value)."""
-    text = f"{c['point']:+.1f} [{c['ci_low']:+.1f}, {c['ci_high']:+.1f}]"
-    return text + (" (degenerate)" if c.get("degenerate") else "")
+    return signed(c, 1) + (" (degenerate)" if c.get("degenerate") else "")
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -174,11 +174,11 @@ def verdict(diff: dict[str, Any]) -> str:
 def cells(entries: list[dict[str, Any]]) -> str:
     """Every paper cell with a value of ours as a table; the MISSING cells as one line per reason."""
     def num(e: dict[str, Any], key: str) -> str:
-        return "—" if e[key] is None else f"{e[key]:.{e.get('decimals', 2)}f}"
+        return number(e[key], e.get("decimals", 2))
 
     shown = [[e["table"], e["row"], e["column"], num(e, "paper"), num(e, "ours"),
-              "—" if e["ci_low"] is None else f"[{num(e, 'ci_low')}, {num(e, 'ci_high')}]"
-              + (" (degenerate)" if e.get("degenerate") else ""),
+              bounds(e, e.get("decimals", 2))
+              + (" (degenerate)" if e["ci_low"] is not None and e.get("degenerate") else ""),
               num(e, "delta"), e["status"], e["note"] or ""]
              for e in entries if e["status"] != "MISSING"]
     missing: dict[str, list[str]] = {}
