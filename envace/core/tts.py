@@ -338,16 +338,20 @@ class _Session:
         self.commit_cfg = replace(base, mode=Mode.REAL)
         self.task_text = _task_text(task)
         self.tools_text = _tools_text(task.tools)
+        self._forks: dict[int, GenerateBackend] = {}
 
     def _rehearser_for(self, index: int) -> GenerateBackend:
         """The backend of attempt ``index``: in parallel mode a fork seeded from the attempt's index where
         the backend can fork (``for_sample``, a served model), so which seed an attempt's requests get
         does not depend on which concurrent attempt asks first; else the session's rehearser (sequential
-        attempts ask in order)."""
+        attempts ask in order). One fork per attempt, made once: its self-evaluation goes on from the
+        attempt's request count (a second fork would repeat the attempt's first seed)."""
         fork = getattr(self.rehearser, "for_sample", None)
-        if self.config.mode == "parallel" and fork is not None:
-            return fork("attempt", index)
-        return self.rehearser
+        if self.config.mode != "parallel" or fork is None:
+            return self.rehearser
+        if index not in self._forks:
+            self._forks[index] = fork("attempt", index)
+        return self._forks[index]
 
     async def _aux(self, system: str, user: str, max_tokens: int,
                    backend: GenerateBackend | None = None) -> tuple[str | None, int]:

@@ -369,13 +369,16 @@ def test_commit_in_a_real_bfcl_episode_scores_like_the_gold_replay(tmp_path, mon
 class _SeededScript(ScriptedBackend):
     """A scripted rehearser that records the seed of every request, forked as a served backend forks."""
 
-    def __init__(self, tokenizer: Any, texts: list[str], seeds: list[tuple[Any, ...]], key: tuple = ()):
+    def __init__(self, tokenizer: Any, texts: list[str], seeds: list[tuple[Any, ...]], key: tuple = (),
+                 forks: list[tuple[Any, ...]] | None = None):
         super().__init__(tokenizer, texts, name="rehearser", log=[])
         self.seeds, self.key = seeds, key
+        self.forks = [] if forks is None else forks
 
     def for_sample(self, *key: object) -> _SeededScript:
-        fork = _SeededScript(self.tokenizer, [], self.seeds, (*self.key, *key))
+        fork = _SeededScript(self.tokenizer, [], self.seeds, (*self.key, *key), self.forks)
         fork.texts = self.texts  # one script, consumed in call order by every fork
+        self.forks.append(fork.key)
         return fork
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
@@ -394,3 +397,6 @@ def test_parallel_attempts_draw_from_their_own_forks(tokenizer):
                         config=TTSConfig(mode="parallel", n=2, rollout=eval_rules(max_turns=4))))
     assert set(seeds) == {("attempt", 0), ("attempt", 1), ()}
     assert seeds[-1] == () and seeds.count(()) == 1  # the summary
+    # one fork per attempt: its self-evaluation goes on from the attempt's requests (a fresh fork would
+    # start its request count, and so its seeds, again)
+    assert sorted(rehearser.forks) == [("attempt", 0), ("attempt", 1)]
