@@ -214,9 +214,13 @@ async def bench_verl(n_traj: int, turns: int) -> tuple[float, float, list[int]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=1000)
-    parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--turns", type=int, default=30, help="ACT turns per trajectory (>= 2: the early and "
+                        "late windows compare different turns)")
     parser.add_argument("--no-verl", action="store_true", help="skip the verl ToolAgentLoop comparison")
     args = parser.parse_args(argv)
+    if args.turns < 2 or args.trajectories < 1:
+        parser.error(f"--turns must be >= 2 and --trajectories >= 1, got {args.turns} and "
+                     f"{args.trajectories}")
     r = asyncio.run(bench(args.trajectories, args.turns))
     k = r["k"]
     print(f"envace rollout loop: {r['trajectories']} trajectories x {r['turns']} turns, zero-cost backend")

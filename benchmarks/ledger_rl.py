@@ -50,6 +50,8 @@ def write_config(args: argparse.Namespace, out: Path) -> Path:
                val_every=10**6, prompts_per_step=args.prompts, rollouts_per_prompt=args.rollouts,
                seed=args.seed)
     run["episode"] = {**run["episode"], "advantage_sign": args.sign}
+    # only the final model is measured; smoke.yaml's Figure 5 steps may lie beyond a short run
+    cfg["evaluation"]["checkpoints"]["steps"] = [args.steps]
     if args.max_tokens is not None:
         run["max_response_tokens"] = args.max_tokens
         run["episode"]["rehearse_max_tokens"] = args.max_tokens
@@ -101,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="warm-started HF model folder (with its tokenizer)")
     ap.add_argument("--out", required=True, help="working folder (config, data, checkpoints, results)")
-    ap.add_argument("--steps", type=int, default=20, help="verl training steps")
+    ap.add_argument("--steps", type=_positive, default=20, help="verl training steps (>= 1)")
     ap.add_argument("--lr", type=float, default=1e-3, help="actor learning rate")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
     ap.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt (the GRPO group)")
@@ -143,6 +145,13 @@ def gains(scores: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, dic
                        "trained": float(np.mean([np.mean(v) for v in after.values()])),
                        "diff": gain.point, "low": gain.low, "high": gain.high}
     return out
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def main() -> None:

@@ -16,6 +16,14 @@ def test_quick_run_matches_verl(script, capsys) -> None:
     assert len(harness) == 4 and all(math.isfinite(x) and x >= 0 for x in harness), out
 
 
+def test_one_turn_is_a_clear_usage_error(script, capsys) -> None:
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        script("bench_rollout").main(["--trajectories", "2", "--turns", "1"])
+    assert exc.value.code == 2 and "--turns must be >= 2" in capsys.readouterr().err
+
+
 def test_encoded_tokens_per_turn_stay_flat_as_contexts_grow(script) -> None:
     r = asyncio.run(script("bench_rollout").bench(1, 11))  # 11 turns: early and late windows of 5 apart
     assert r["k"] == 5 and all(math.isfinite(v) for v in r.values())

@@ -29,6 +29,20 @@ def test_derived_config_trains_the_ledger_with_the_run_overrides(script, tmp_pat
     assert run["episode"]["advantage_sign"] == -1 and run["episode"]["rehearse_max_tokens"] == 32
 
 
+def test_a_run_shorter_than_the_smoke_checkpoints_is_a_valid_config(script, tmp_path) -> None:
+    """Fewer steps than smoke.yaml's Figure 5 checkpoints (2, 4): the derived config still validates; 0
+    steps is refused by the command line."""
+    import pytest
+
+    rl = script("ledger_rl")
+    args = rl.parser().parse_args(["--base", "/m", "--out", str(tmp_path), "--steps", "1"])
+    cfg = load_config(rl.write_config(args, tmp_path))
+    assert cfg["evaluation"]["checkpoints"]["steps"] == [1]
+    assert cfg["training"]["runs"][rl.RUN]["total_steps"] == 1
+    with pytest.raises(SystemExit):
+        rl.parser().parse_args(["--base", "/m", "--out", str(tmp_path), "--steps", "0"])
+
+
 def test_held_out_scores_and_their_paired_gains(script, tiny_model_dir) -> None:
     rl = script("ledger_rl")
     args = rl.parser().parse_args(["--base", str(tiny_model_dir), "--out", "unused", "--n-test", "2",
