@@ -13,7 +13,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # pip prints one warning per package for this machine's unused local index folders; hide only those.
 QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 
-.PHONY: smoke smoke-world-model smoke-slurm test lint dryrun clean-smoke
+.PHONY: smoke smoke-world-model smoke-released smoke-slurm test lint dryrun clean-smoke
 # config/smoke_ledger.yaml merged over config/smoke.yaml: the ledger's science (see its header)
 SMOKE_CONFIGS := config/smoke.yaml config/smoke_ledger.yaml
 SMOKE_ARGS := --workflow-profile none --configfile $(SMOKE_CONFIGS)
@@ -55,6 +55,12 @@ WORLD_CONFIGS := $(SMOKE_CONFIGS) config/smoke_world_model.yaml
 smoke-world-model: $(STAMP)
 	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile $(WORLD_CONFIGS) -- all
 	$(BIN)/python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke $(WORLD_CONFIGS)
+
+# The paper config's `released` target at smoke scale (config/smoke_released.yaml: stand-ins for the
+# authors' released checkpoints): their evaluations, TTS suite, fidelity and released_diff.md, no training.
+RELEASED_CONFIGS := $(SMOKE_CONFIGS) config/smoke_released.yaml
+smoke-released: $(STAMP)
+	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile $(RELEASED_CONFIGS) -- released
 
 # The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost
 # (root + Debian: `scripts/slurm_localhost.sh install && scripts/slurm_localhost.sh start` first).

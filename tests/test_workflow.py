@@ -69,7 +69,35 @@ def test_paper_dag_lists_every_job(repo_root):
     assert counts["tts_evaluate"] == 2
     # Figure 6 has its own rule (it also writes the context-length CSV)
     assert counts["table"] == 3 and counts["figure"] + counts["figure6"] == 4 and counts["paper_diff"] == 1
-    assert counts["summary"] == 14 * 3 + 3 + 9
+    # the released checkpoints (config `released`) wherever ours are: EnvACE-8B on Table 1's three and
+    # FinMCP, EnvACE-1.7B on Table 1's three
+    assert counts["summary"] == 14 * 3 + 3 + 9 + 4 + 3
+
+
+def test_released_target_trains_nothing(repo_root):
+    """`snakemake released` (the paper config's `released` block): the released checkpoints' evaluations,
+    their TTS suite and fidelity, and the released diff, without any training job; `all` runs them too."""
+    rc, out = dry_run(repo_root, "released")
+    assert rc == 0, out
+    counts = job_counts(out)
+    assert "train" not in counts and "prepare_training_data" not in counts
+    assert counts["evaluate_released_envace_8b_released"] == 1
+    assert counts["evaluate_released_envace_1p7b_released"] == 1
+    assert counts["tts_evaluate_released"] == 2 and counts["released_diff"] == 1 and counts["fidelity"] == 2
+    rc, out = dry_run(repo_root, "all")
+    assert rc == 0, out
+    assert job_counts(out)["tts_evaluate_released"] == 2
+
+
+def test_released_target_at_smoke_scale_trains_nothing(repo_root, scratch):
+    """`make smoke-released`: with evaluation.one_job the released checkpoints' items form a job of
+    their own (evaluate_released), so the target still needs no training job."""
+    rc, out = dry_run(repo_root, "released", "--forceall", "--configfile", "config/smoke.yaml",
+                      "config/smoke_ledger.yaml", "config/smoke_released.yaml", scratch("released"))
+    assert rc == 0, out
+    counts = job_counts(out)
+    assert "train" not in counts and "evaluate_all" not in counts
+    assert counts["evaluate_released"] == counts["released_diff"] == 1
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=0, help="number of private rehearsals (TTS)")
     p.add_argument("--rehearser", help="model id of the rehearser (TTS), one of tts.rehearsers")
     p.add_argument("--tts-setting", nargs="+",
-                   help="TTS setting ids from tts.settings (replaces --tts/--n/--rehearser)")
+                   help="TTS setting ids from tts.settings or tts.released_settings (replaces "
+                   "--tts/--n/--rehearser)")
     p.add_argument(
         "--out",
         help="per-sample JSONL (manifest beside it); for several runs a template with {benchmark}, "
@@ -149,9 +150,10 @@ def tts_settings_of(args: argparse.Namespace, cfg: dict[str, Any]) -> list[str |
                 f"--rehearser must be one of tts.rehearsers {sorted(names)}, got {args.rehearser!r}"
             )
         settings = [str(TTSSetting(args.tts, int(args.n), names[args.rehearser]))]
+    known = [*cfg["tts"]["settings"], *cfg["tts"].get("released_settings", [])]
     for setting in settings:
-        if setting not in cfg["tts"]["settings"]:
-            raise ConfigError(f"unknown TTS setting {setting!r} (known: {cfg['tts']['settings']})")
+        if setting not in known:
+            raise ConfigError(f"unknown TTS setting {setting!r} (known: {known})")
     return list(settings)
 
 
@@ -172,9 +174,11 @@ def model_path_of(cfg: dict[str, Any], model_id: str) -> str:
 
 
 def rehearser_of(cfg: dict[str, Any], setting: str | None) -> str | None:
-    """The rehearser model id of a TTS setting (``None`` for no TTS and ``no_tts``)."""
+    """The rehearser model id of a TTS setting in its suite (``None`` for no TTS and ``no_tts``)."""
+    from envace.common.config import tts_models
+
     parsed = TTSSetting.parse(setting) if setting is not None else TTSSetting()
-    return str(cfg["tts"]["rehearsers"][parsed.rehearser]) if parsed.is_tts else None
+    return tts_models(cfg, str(setting))[1][parsed.rehearser] if parsed.is_tts else None
 
 
 def rehearsers(cfg: dict[str, Any], runs: list[EvalRun]) -> list[str]:
@@ -196,14 +200,21 @@ class EvalRun:
 def plan_runs(args: argparse.Namespace, cfg: dict[str, Any]) -> list[EvalRun]:
     """Every (setting, benchmark, seed) of the job with its output path; refuses a template that gives
     two runs the same file."""
-    from envace.common.config import ConfigError, eval_hash, tts_hash
+    from envace.common.config import ConfigError, eval_hash, tts_hash, tts_models
 
     for bench in args.benchmark:
         if bench not in cfg["benchmarks"]:
             raise ConfigError(f"benchmark {bench!r} is not in the config's benchmarks")
+    settings = tts_settings_of(args, cfg)
+    for setting in settings:
+        actor = tts_models(cfg, setting)[0] if setting else args.model
+        if actor != args.model:
+            raise ConfigError(f"TTS setting {setting!r} commits with its suite's actor {actor!r} (tts.actor"
+                              f"{', released' if setting.startswith('released-') else ''}), not --model "
+                              f"{args.model!r}")
     runs = []
     for bench in dict.fromkeys(args.benchmark):
-        for setting in tts_settings_of(args, cfg):
+        for setting in settings:
             for seed in dict.fromkeys(args.seed):
                 try:
                     out = args.out.format(benchmark=bench, seed=seed, setting=setting or "", model=args.model)

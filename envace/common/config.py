@@ -109,6 +109,15 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         flat = block.values() if fig == "fig3" else [m for sizes in block.values() for m in sizes.values()]
         for mid in flat:
             need("model", mid, models, f"report.{fig}")
+    for ours, released in cfg.get("released", {}).items():
+        need("model", ours, models, "released")
+        need("model", released, models, f"released.{ours}")
+        if released == ours or released in cfg["released"]:
+            raise ConfigError(f"{source}: 'released.{ours}' must name another model, not one that is itself "
+                              f"replaced ({released!r})")
+        if models[released]["kind"] == "trained":
+            raise ConfigError(f"{source}: 'released.{ours}' names {released!r}, a model of ours (kind "
+                              "trained); a released checkpoint is a path (kind hf)")
     for run in cfg["report"].get("fig5_rehearse_runs", []):
         need("training run", run, runs, "report.fig5_rehearse_runs")
     learning = cfg["report"].get("learning")
@@ -136,6 +145,29 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
                     f"{source}: 'benchmarks.{name}.aggregate.groups.{group}' uses splits "
                     f"{sorted(unknown)} that are not in benchmarks.{name}.splits"
                 )
+
+
+def released_models(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``released``: our model id -> the model id of the authors' released checkpoint (default none)."""
+    return dict(cfg.get("released", {}))
+
+
+def released_tts_settings(cfg: Mapping[str, Any]) -> list[str]:
+    """The released-weights TTS suite's setting ids (``released-<id>``), when ``tts.actor`` has a released
+    checkpoint; else none."""
+    if cfg["tts"]["actor"] not in released_models(cfg):
+        return []
+    return [str(s) for s in settings.tts_settings(cfg["tts"], "released")]
+
+
+def tts_models(cfg: Mapping[str, Any], setting: str) -> tuple[str, dict[str, str]]:
+    """``(actor, rehearser name -> model id)`` of a TTS setting's suite: ``tts.actor`` and
+    ``tts.rehearsers``, with each released model in place of ours in the ``released`` suite."""
+    actor, rehearsers = str(cfg["tts"]["actor"]), {k: str(v) for k, v in cfg["tts"]["rehearsers"].items()}
+    if settings.TTSSetting.parse(setting).suite == "released":
+        swap = released_models(cfg)
+        actor, rehearsers = swap.get(actor, actor), {k: swap.get(v, v) for k, v in rehearsers.items()}
+    return actor, rehearsers
 
 
 def tts_settings(cfg: Mapping[str, Any]) -> list[str]:
@@ -185,9 +217,11 @@ def merge_config_files(paths: list[str | Path]) -> dict[str, Any]:
 def complete_config(cfg: Mapping[str, Any], *, source: str = "config") -> dict[str, Any]:
     """Validate an already-parsed config (e.g. Snakemake's ``config``) and add derived keys."""
     cfg = copy.deepcopy(dict(cfg))
-    cfg.get("tts", {}).pop("settings", None)  # derived, never user-set
+    for derived in ("settings", "released_settings"):  # derived, never user-set
+        cfg.get("tts", {}).pop(derived, None)
     validate_config(cfg, source=source)
     cfg["tts"]["settings"] = tts_settings(cfg)
+    cfg["tts"]["released_settings"] = released_tts_settings(cfg)
     return cfg
 
 
@@ -226,13 +260,15 @@ def _benchmark_key(cfg: Mapping[str, Any], benchmark: str) -> dict[str, Any]:
 def tts_hash(cfg: Mapping[str, Any], setting: str, benchmark: str) -> str:
     """The hash a test-time-scaling manifest for (setting, benchmark) must carry.
 
-    Covers the scale, the setting id, the ``tts`` block (without the derived ``settings`` list and the
-    report-only ``table3`` mapping), the actor and rehearser models (with their training runs), the
+    Covers the scale, the setting id, the ``tts`` block (without the derived settings lists and the
+    report-only ``table3`` mapping), the setting's actor and rehearser models (:func:`tts_models`; with
+    their training runs), the
     benchmark entry (without ``aggregate``), the evaluation sampling settings and episode rules and the
     ``vllm serve`` flags (when present).
     """
-    tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "table3")}
-    used = [cfg["tts"]["actor"], *cfg["tts"]["rehearsers"].values()]
+    tts = {k: v for k, v in cfg["tts"].items() if k not in ("settings", "released_settings", "table3")}
+    actor, rehearsers = tts_models(cfg, setting)
+    used = [actor, *rehearsers.values()]
     return config_hash(
         {
             "scale": cfg["scale"],
@@ -292,7 +328,7 @@ def training_key(cfg: Mapping[str, Any], run: str) -> dict[str, Any] | None:
 def _model_key(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
     """A model's entry and, for a trained model, its training (:func:`training_key`): what its outputs
     depend on."""
-    model = _model_entry(cfg, model_id)
+    model = model_entry(cfg, model_id)
     return {"model": model, "run": training_key(cfg, model.get("run", ""))}
 
 
@@ -319,7 +355,8 @@ def figure5_models(cfg: Mapping[str, Any]) -> dict[int, str]:
 def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every (model id, benchmark) evaluated with all seeds, sorted: Tables 1-2 and the Figure 5
     points (:func:`figure5_models` on ``evaluation.checkpoints.benchmark``), each Table 1 and Table 2
-    model and Figure 5 point also on every :func:`ours_benchmarks` one."""
+    model and Figure 5 point also on every :func:`ours_benchmarks` one, and each released model
+    (:func:`released_models`) wherever its counterpart is."""
     pairs = {
         (m, b)
         for table in ("table1", "table2")
@@ -331,6 +368,8 @@ def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     pairs |= {(m, ckpt["benchmark"]) for m in fig5}
     tables = [*cfg["evaluation"]["table1"]["models"], *cfg["evaluation"]["table2"]["models"]]
     pairs |= {(m, b) for m in [*tables, *fig5] for b in ours_benchmarks(cfg)}
+    swap = released_models(cfg)
+    pairs |= {(swap[m], b) for m, b in pairs if m in swap}
     return sorted(pairs)
 
 
@@ -351,7 +390,9 @@ def tts_benchmarks(cfg: Mapping[str, Any]) -> list[str]:
     return [*cfg["tts"]["benchmarks"], *ours_benchmarks(cfg)]
 
 
-def _model_entry(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
+def model_entry(cfg: Mapping[str, Any], model_id: str) -> dict[str, Any]:
+    """The ``models`` entry of a model id, or the derived entry of a checkpoint ``<run>-stepNNNN`` (kind
+    trained); ConfigError for any other id."""
     if model_id in cfg["models"]:
         return dict(cfg["models"][model_id])
     run, sep, step = model_id.rpartition("-step")

@@ -2,7 +2,10 @@
 
 :class:`TTSSetting` is a test-time-scaling setting, the one place its id (``no_tts``,
 ``{mode}_n{N}_{rehearser}``, e.g. ``parallel_n2_envace``) is written and read. The config's rehearser
-names cannot hold ``_`` (the schema's ``tts.rehearsers`` key pattern), so an id reads back one way.
+names cannot hold ``_`` (the schema's ``tts.rehearsers`` key pattern), so an id reads back one way. A
+setting of the released-weights suite (the ``released`` config block: the authors' published
+checkpoints in place of ours, as actor and as rehearser) carries the prefix ``released-``
+(``released-parallel_n2_envace``, ``released-no_tts``).
 
 :data:`EPISODE_DEFAULTS` are the training episode rules a run gets for a key its
 ``training.runs.<run>.episode`` block omits; they are read from the schema's ``x-default`` values
@@ -27,43 +30,59 @@ import yaml
 TTSMode = Literal["parallel", "sequential"]
 NO_TTS = "no_tts"
 _ID = re.compile(r"(parallel|sequential)_n([1-9][0-9]*)_([a-z0-9]+)")
+#: The TTS suites besides the paper's (``""``): ``released``, the released weights as actor and rehearser.
+SUITES = ("released",)
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 
 
 @dataclass(frozen=True)
 class TTSSetting:
     """One test-time-scaling setting: ``mode`` with ``n`` private rehearsals by ``rehearser`` (a key of
-    ``tts.rehearsers``); ``mode=None`` is no test-time scaling (``no_tts``: one real episode)."""
+    ``tts.rehearsers``); ``mode=None`` is no test-time scaling (``no_tts``: one real episode). ``suite``:
+    ``""`` (the paper's actor and rehearsers) or one of :data:`SUITES`."""
 
     mode: TTSMode | None = None
     n: int = 0
     rehearser: str = ""
+    suite: str = ""
 
     @classmethod
     def parse(cls, setting: str) -> TTSSetting:
-        """``"parallel_n2_envace"`` -> ``TTSSetting("parallel", 2, "envace")``; ``"no_tts"`` -> no TTS.
-        Raises ``ValueError`` naming the id for anything else."""
-        if setting == NO_TTS:
-            return cls()
-        match = _ID.fullmatch(setting)
+        """``"parallel_n2_envace"`` -> ``TTSSetting("parallel", 2, "envace")``; ``"no_tts"`` -> no TTS;
+        ``"released-parallel_n2_envace"`` -> the same in the ``released`` suite. Raises ``ValueError``
+        naming the id for anything else."""
+        suite, sep, rest = setting.partition("-")
+        if not sep:
+            suite, rest = "", setting
+        elif suite not in SUITES:
+            raise ValueError(f"not a TTS setting id: {setting!r} (unknown suite {suite!r}; known: {SUITES})")
+        if rest == NO_TTS:
+            return cls(suite=suite)
+        match = _ID.fullmatch(rest)
         if match is None:
-            raise ValueError(f"not a TTS setting id: {setting!r} (expected {NO_TTS} or "
-                             "{parallel|sequential}_n{N}_{rehearser}, rehearser in [a-z0-9]+)")
-        return cls(match[1], int(match[2]), match[3])  # type: ignore[arg-type]
+            raise ValueError(f"not a TTS setting id: {setting!r} (expected [<suite>-]{NO_TTS} or "
+                             "[<suite>-]{parallel|sequential}_n{N}_{rehearser}, rehearser in [a-z0-9]+)")
+        return cls(match[1], int(match[2]), match[3], suite)  # type: ignore[arg-type]
 
     @property
     def is_tts(self) -> bool:
         """False for ``no_tts``."""
         return self.mode is not None
 
+    def in_suite(self, suite: str) -> TTSSetting:
+        """The same setting in ``suite`` (``""``: the paper's)."""
+        return TTSSetting(self.mode, self.n, self.rehearser, suite)
+
     def __str__(self) -> str:
-        return f"{self.mode}_n{self.n}_{self.rehearser}" if self.is_tts else NO_TTS
+        base = f"{self.mode}_n{self.n}_{self.rehearser}" if self.is_tts else NO_TTS
+        return f"{self.suite}-{base}" if self.suite else base
 
 
-def tts_settings(tts: dict[str, Any]) -> list[TTSSetting]:
-    """Every setting of a ``tts`` config block: no TTS, then mode x n x rehearser in config order."""
-    return [TTSSetting()] + [TTSSetting(mode, int(n), rehearser) for mode in tts["modes"] for n in tts["n"]
-                             for rehearser in tts["rehearsers"]]
+def tts_settings(tts: dict[str, Any], suite: str = "") -> list[TTSSetting]:
+    """Every setting of a ``tts`` config block: no TTS, then mode x n x rehearser in config order (in
+    ``suite``)."""
+    return [TTSSetting(suite=suite)] + [TTSSetting(mode, int(n), rehearser, suite) for mode in tts["modes"]
+                                        for n in tts["n"] for rehearser in tts["rehearsers"]]
 
 
 @functools.cache

@@ -6,6 +6,12 @@ turns a request "this linear combination of methods over these benchmarks" into 
 written in every output header: scale, config hash, report commit, the commits and package versions
 recorded in the manifests actually used, seeds, and the bootstrap settings.
 
+A context may read the **released-weights view** (:class:`ReleasedView`, ``released`` in the config):
+every evaluation of one of our models is read from its released checkpoint's results and every TTS
+setting from the released suite's, while our other trained models (and checkpoints) are not part of it
+(their cells are MISSING with that reason). The same tables, points and claims then describe the
+authors' released weights through our evaluators.
+
 It also caches the context-length summaries of TTS runs (:meth:`ReportContext.tts_context`, Figure 6)
 and writes outputs atomically (:func:`write_output`).
 
@@ -24,8 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from envace.common.atomic import atomic_write_text
-from envace.common.config import DEFAULT_CONFIG, config_hash, figure5_models, load_config
+from envace.common.config import (
+    DEFAULT_CONFIG,
+    config_hash,
+    figure5_models,
+    load_config,
+    model_entry,
+    released_models,
+)
 from envace.common.results import IncompleteResultsError, ResultsError, current_git_commit
+from envace.common.settings import TTSSetting
 from envace.common.stats import Interval, bootstrap_linear
 from envace.report.evaluations import Evaluation, load_evaluation
 from envace.report.paper import load_paper
@@ -56,8 +70,31 @@ class Cell:
         return f"{iv.point:.{decimals}f} [{iv.low:.{decimals}f}, {iv.high:.{decimals}f}]"
 
 
+@dataclass(frozen=True)
+class ReleasedView:
+    """Which stored results a name reads in the released-weights view (module docstring)."""
+
+    swap: dict[str, str]
+
+    @classmethod
+    def of(cls, cfg: dict[str, Any]) -> ReleasedView:
+        return cls(released_models(cfg))
+
+    def stored(self, cfg: dict[str, Any], kind: str, name: str) -> str:
+        """The stored name (model id or TTS setting id) behind ``name``; IncompleteResultsError for a
+        trained model of ours without a released checkpoint."""
+        if kind == "tts":
+            return str(TTSSetting.parse(name).in_suite("released"))
+        if name in self.swap:
+            return self.swap[name]
+        if model_entry(cfg, name).get("kind") == "trained":
+            raise IncompleteResultsError(f"{name}: trained by us, not part of the released-weights view")
+        return name
+
+
 class ReportContext:
-    """Evaluations, cells and provenance for one configuration and results directory."""
+    """Evaluations, cells and provenance for one configuration and results directory (``view``: the
+    released-weights view, or ``None`` for our own results)."""
 
     def __init__(
         self,
@@ -66,8 +103,10 @@ class ReportContext:
         *,
         paper: dict[str, Any] | None = None,
         resamples: int | None = None,
+        view: ReleasedView | None = None,
     ) -> None:
         self.cfg = cfg
+        self.view = view
         self.results_dir = Path(results_dir)
         self.paper = paper if paper is not None else load_paper()
         boot = cfg["report"]["bootstrap"]
@@ -88,8 +127,9 @@ class ReportContext:
         key = (kind, name, benchmark, metric, average)
         if key not in self._evaluations:
             try:
+                stored = self.view.stored(self.cfg, kind, name) if self.view else name
                 self._evaluations[key] = load_evaluation(
-                    self.cfg, self.results_dir, kind, name, benchmark, metric, average
+                    self.cfg, self.results_dir, kind, stored, benchmark, metric, average
                 )
             except IncompleteResultsError as exc:
                 self._evaluations[key] = exc
@@ -102,7 +142,8 @@ class ReportContext:
         """Context-length summary of one TTS run (cached; :func:`envace.report.tts_context.load`)."""
         key = (setting, benchmark)
         if key not in self._tts_context:
-            self._tts_context[key] = load_tts_context(self.cfg, self.results_dir, setting, benchmark)
+            stored = self.view.stored(self.cfg, "tts", setting) if self.view else setting
+            self._tts_context[key] = load_tts_context(self.cfg, self.results_dir, stored, benchmark)
         return self._tts_context[key]
 
     def cell(

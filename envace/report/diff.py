@@ -14,6 +14,14 @@ paired bootstrap intervals, and get SUPPORTED / REFUTED / INCONCLUSIVE / MISSING
 claims (:data:`ON_OURS`) are checked again on each ``evaluation.ours_benchmarks`` entry alone (ids
 ``<claim>@<benchmark>``, texts marked ours). Exit status: 0, or 1
 with ``--strict`` when any cell is OUTSIDE_CI or any claim REFUTED, 2 for corrupt or stale results.
+
+With ``released`` in the config the diff adds the authors' released weights through our evaluators
+(:func:`released_results`, the released-weights view of :class:`envace.report.context.ReleasedView`): the
+Table 1-2 rows of each replaced model and, when the TTS actor has a released checkpoint, Table 3, each
+cell with the paper's value, the released weights' with its interval and status, and ours (trained)
+beside it; and every claim again in that view. ``--released-only`` writes only that section
+(``released_diff.{md,json}``; target ``released``: no training job, so the trained ours column is left
+out).
 """
 
 from __future__ import annotations
@@ -23,13 +31,21 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from envace.common.config import ours_benchmarks
+from envace.common.config import ours_benchmarks, released_models
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, diff_paths
 from envace.report import points
-from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
+from envace.report.context import (
+    Cell,
+    ReleasedView,
+    ReportContext,
+    add_common_args,
+    context_from_args,
+    write_output,
+)
 from envace.report.formatting import bounds, number, signed
 from envace.report.paper import decimals, load_claims
 from envace.report.tables import BUILDERS
@@ -276,10 +292,38 @@ def learning_results(ctx: ReportContext) -> list[dict]:
     return out
 
 
+def released_results(ctx: ReportContext, ours: Sequence[dict] | None = None) -> dict[str, Any] | None:
+    """The released weights' section (module docstring), ``None`` without ``released`` in the config.
+    ``ours``: our entries, whose value goes beside each released cell as ``ours_trained`` (``None``: not
+    computed, as in ``--released-only``)."""
+    swap = released_models(ctx.cfg)
+    if not swap:
+        return None
+    view = ReportContext(ctx.cfg, ctx.results_dir, paper=ctx.paper, resamples=ctx.resamples,
+                         view=ReleasedView.of(ctx.cfg))
+    labels = {ctx.cfg["models"][m]["label"] for m in swap}
+    tts = ctx.cfg["tts"]["actor"] in swap
+    entries = [e for e in table_entries(view) if (e["table"] in ("table1", "table2") and e["row"] in labels)
+               or (e["table"] == "table3" and tts)]
+    by_key = {(e["table"], e["row"], e["column"]): e for e in ours or []}
+    for e in entries:
+        e["ours_trained"] = by_key.get((e["table"], e["row"], e["column"]), {}).get("ours")
+    claims = claim_results(view)
+    return {
+        "models": swap,
+        "header": view.header(),
+        "header_line": view.header_line(),
+        "counts": dict(Counter(e["status"] for e in entries)),
+        "claim_counts": dict(Counter(c["status"] for c in claims)),
+        "entries": entries,
+        "claims": claims,
+    }
+
+
 def build_diff(ctx: ReportContext) -> dict[str, Any]:
     entries = table_entries(ctx) + figure_entries(ctx)
     claims = claim_results(ctx)
-    return {
+    diff = {
         "header": ctx.header(),
         "header_line": ctx.header_line(),
         "counts": dict(Counter(e["status"] for e in entries)),
@@ -288,6 +332,10 @@ def build_diff(ctx: ReportContext) -> dict[str, Any]:
         "claims": claims,
         "learning": learning_results(ctx),
     }
+    released = released_results(ctx, entries)
+    if released is not None:
+        diff["released"] = released
+    return diff
 
 
 def to_markdown(diff: dict[str, Any]) -> str:
@@ -302,13 +350,7 @@ def to_markdown(diff: dict[str, Any]) -> str:
             f"| {bounds(e, d)} | {number(e['delta'], d)} | {e['status']} | {e['note']} |"
         )
     lines += ["", "## Claims", ""]
-    for c in diff["claims"]:
-        lines += [f"- **{c['id']}** — {c['status']}: {c['text']}", f"  - check: {c['check'].strip()}"]
-        for comp in c["comparisons"]:
-            if "missing" in comp:
-                lines.append(f"  - {comp['comparison']}: MISSING ({'; '.join(comp['missing'])})")
-            else:
-                lines.append(f"  - {comp['comparison']}: {signed(comp, 2)}")
+    lines += _claim_lines(diff["claims"])
     if diff.get("learning"):
         lines += ["", "## Learning on our benchmarks (ours: report.learning)", "",
                   "| benchmark | model | training seed | base | trained | gain | 95% CI | status |",
@@ -319,7 +361,44 @@ def to_markdown(diff: dict[str, Any]) -> str:
             seed = "verl default" if e["training_seed"] is None else e["training_seed"]
             lines.append(f"| {e['benchmark']} | {e['model']} | {seed} | {number(e['base'], 2)} "
                          f"| {number(e['trained'], 2)} | {gain} | {ci} | {e['status']} |")
+    if diff.get("released"):
+        lines += ["", *released_markdown(diff["released"], heading="##")]
     return "\n".join(lines) + "\n"
+
+
+def _claim_lines(claims: Sequence[dict]) -> list[str]:
+    lines = []
+    for c in claims:
+        lines += [f"- **{c['id']}** — {c['status']}: {c['text']}", f"  - check: {c['check'].strip()}"]
+        for comp in c["comparisons"]:
+            if "missing" in comp:
+                lines.append(f"  - {comp['comparison']}: MISSING ({'; '.join(comp['missing'])})")
+            else:
+                lines.append(f"  - {comp['comparison']}: {signed(comp, 2)}")
+    return lines
+
+
+def released_markdown(released: dict[str, Any], heading: str = "#") -> list[str]:
+    """The released weights' section as Markdown lines (``heading``: its level)."""
+    models = ", ".join(f"{ours} -> {rel}" for ours, rel in released["models"].items())
+    with_ours = any(e.get("ours_trained") is not None for e in released["entries"])
+    lines = [f"{heading} The authors' released weights through our evaluators", "",
+             f"Released checkpoints in place of ours: {models}. Rows: the replaced models' Table 1-2 rows and"
+             " Table 3 (the TTS suite with the released weights as actor and EnvACE rehearser)"
+             + ("; `ours (trained)`: the same cell of our own run." if with_ours else "."), "",
+             "Cell statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(released["counts"].items())), ""]
+    head = ["table", "row", "column", "paper", "released", "95% CI", "delta", "status"]
+    head += ["ours (trained)"] if with_ours else []
+    lines += ["| " + " | ".join(head) + " | note |", "|---" * (len(head) + 1) + "|"]
+    for e in released["entries"]:
+        d = e["decimals"]
+        cells = [e["table"], e["row"], e["column"], number(e["paper"], d), number(e["ours"], d), bounds(e, d),
+                 number(e["delta"], d), e["status"]]
+        cells += [number(e.get("ours_trained"), d)] if with_ours else []
+        lines.append("| " + " | ".join(str(c) for c in cells) + f" | {e['note']} |")
+    lines += ["", f"{heading}# Claims with the released weights", ""]
+    lines += _claim_lines(released["claims"])
+    return lines
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -328,6 +407,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--out-md", help="default: {paths.results}/paper_diff.md")
     p.add_argument("--out-json", help="default: {paths.results}/paper_diff.json")
     p.add_argument("--strict", action="store_true", help="exit 1 if a cell is OUTSIDE_CI or a claim REFUTED")
+    p.add_argument("--released-only", action="store_true",
+                   help="only the released weights' section (config `released`), to released_diff.{md,json}; "
+                   "reads no result of a model we train")
     p.set_defaults(func=run)
     return p
 
@@ -335,6 +417,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     try:
         ctx = context_from_args(args)
+        if args.released_only:
+            return _run_released(args, ctx)
         diff = build_diff(ctx)
     except ResultsError as exc:
         print(f"envace diff: {exc}", file=sys.stderr)
@@ -349,4 +433,23 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(f'{k} {v}' for k, v in sorted(diff['claim_counts'].items()))})"
     )
     failed = diff["counts"].get("OUTSIDE_CI", 0) + diff["claim_counts"].get("REFUTED", 0)
+    return 1 if args.strict and failed else 0
+
+
+def _run_released(args: argparse.Namespace, ctx: ReportContext) -> int:
+    """``--released-only``: the released weights' section alone (exit 2 without ``released``)."""
+    released = released_results(ctx)
+    if released is None:
+        print(f"envace diff: {args.config} has no `released` block (our model id -> released model id)",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
+    default_md, _ = diff_paths(ctx.cfg)
+    md = Path(args.out_md or default_md.with_name("released_diff.md"))
+    out_json = Path(args.out_json or md.with_suffix(".json"))
+    write_output(out_json, json.dumps(released, indent=2) + "\n")
+    write_output(md, "\n".join([*released_markdown(released), "", f"_{released['header_line']}_"]) + "\n")
+    print(f"diff: wrote {md} and {out_json} ({len(released['entries'])} cells: "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(released['counts'].items()))}; claims: "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(released['claim_counts'].items()))})")
+    failed = released["counts"].get("OUTSIDE_CI", 0) + released["claim_counts"].get("REFUTED", 0)
     return 1 if args.strict and failed else 0

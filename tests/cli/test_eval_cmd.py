@@ -85,6 +85,9 @@ def test_eval_rejects_unknown_tts_setting_and_benchmark(fast_config, tmp_path, c
     assert "tts.rehearsers" in capsys.readouterr().err
     assert main(base + ["--benchmark", "nope"]) == 1
     assert "nope" in capsys.readouterr().err
+    # a TTS run commits with its suite's actor (tts.actor), not another model
+    assert main(base + ["--benchmark", "tau2", "--tts-setting", "no_tts"]) == 1
+    assert "commits with its suite's actor" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -107,9 +107,16 @@ def test_tts_setting_ids_round_trip():
     assert [str(TTSSetting.parse(s)) for s in ids] == ids == [str(s) for s in tts_settings(PAPER["tts"])]
     assert TTSSetting.parse("sequential_n3_base") == TTSSetting("sequential", 3, "base")
     assert not TTSSetting.parse(NO_TTS).is_tts and TTSSetting.parse("parallel_n1_envace").is_tts
-    for bad in ("parallel_3_base", "parallel_n0_base", "beam_n2_base", "parallel_n2_my_base", "parallel_n2_"):
+    for bad in ("parallel_3_base", "parallel_n0_base", "beam_n2_base", "parallel_n2_my_base", "parallel_n2_",
+                "other-parallel_n2_base", "released-", "released-beam_n2_base"):
         with pytest.raises(ValueError, match="not a TTS setting id"):
             TTSSetting.parse(bad)
+    # the released-weights suite: the same ids with a prefix
+    released = PAPER["tts"]["released_settings"]
+    assert released == [f"released-{s}" for s in ids]
+    assert [str(TTSSetting.parse(s)) for s in released] == released
+    assert TTSSetting.parse("released-parallel_n2_envace") == TTSSetting("parallel", 2, "envace", "released")
+    assert TTSSetting.parse("released-no_tts") == TTSSetting(suite="released")
 
 
 def test_a_rehearser_name_that_would_break_the_ids_is_a_config_error():

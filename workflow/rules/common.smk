@@ -15,6 +15,7 @@ from envace.common.config import (
     fig5_rehearse_runs,
     figure5_models,
     ours_benchmarks,
+    released_models,
     training_key,
     tts_benchmarks,
     tts_hash,
@@ -337,12 +338,46 @@ def fidelity_outputs():
     return [f"{RESULTS}/tables/fidelity.md", f"{FIGURES}/fidelity.pdf"]
 
 
+def fidelity_models():
+    """report.fidelity.models, each followed by its released checkpoint (config `released`) if it has one."""
+    swap = released_models(CFG)
+    return [
+        x for m in FIDELITY["models"] for x in [m, *([swap[m]] if m in swap else [])]
+    ]
+
+
 def fidelity_inputs():
     return [
         f"{RESULTS}/fidelity/{m}/{b}.json"
-        for m in FIDELITY["models"]
+        for m in fidelity_models()
         for b in FIDELITY["benchmarks"]
     ]
+
+
+def released_inputs():
+    """Target `released`: the released checkpoints' evaluations, their TTS suite, their fidelity
+    documents and the released-weights diff; no model we train is among their inputs."""
+    swap = released_models(CFG)
+    if not swap:
+        return []
+    evals = [f for m, b in eval_pairs() if m in swap.values() for f in eval_files(m, b)]
+    tts = [
+        f
+        for s in CFG["tts"]["released_settings"]
+        for b in TTS_BENCHMARKS
+        for f in tts_files(s, b)
+    ]
+    fidelity = (
+        [
+            f"{RESULTS}/fidelity/{m}/{b}.json"
+            for m in swap.values()
+            if m in fidelity_models()
+            for b in FIDELITY["benchmarks"]
+        ]
+        if fidelity_outputs()
+        else []
+    )
+    return evals + tts + fidelity
 
 
 def report_html_inputs():
@@ -364,6 +399,7 @@ def all_report_outputs():
     outs += [f"{RESULTS}/paper_diff.md"]
     outs += fidelity_outputs()
     outs += [f"{RESULTS}/summary/{m}/{b}.json" for m, b in eval_pairs()]
+    outs += [f"{RESULTS}/released_diff.md"] if released_models(CFG) else []
     return outs
 
 

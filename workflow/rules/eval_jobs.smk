@@ -3,13 +3,20 @@
 # one server per distinct model path and runs all its (benchmark, seed) / (setting, benchmark, seed) runs.
 import re
 
-from envace.common.config import figure5_models
+from envace.common.config import (
+    evaluation_pairs,
+    figure5_models,
+    released_models,
+    tts_models,
+)
 
 
 def eval_blocks():
     """block -> (models, benchmarks): one job per (block, model) covers all its benchmarks and seeds.
     Table 1's models and Figure 5's checkpoints also run evaluation.ours_benchmarks (OURS) in their job;
-    Table 2's other models run them in an `ours` job. Blocks without models or benchmarks are left out.
+    Table 2's other models run them in an `ours` job; each released checkpoint (config `released`) runs
+    its counterpart's benchmarks in a `released_<model>` job. Blocks without models or benchmarks are
+    left out.
     """
     ckpt = CFG["evaluation"]["checkpoints"]
     table1, table2 = (CFG["evaluation"][t] for t in ("table1", "table2"))
@@ -23,6 +30,9 @@ def eval_blocks():
         "ours": ([m for m in table2["models"] if m not in table1["models"]], OURS),
         "checkpoints": (checkpoints, [ckpt["benchmark"], *OURS]),
     }
+    pairs = evaluation_pairs(CFG)
+    for rel in released_models(CFG).values():
+        blocks[f"released_{rel}"] = ([rel], [b for m, b in pairs if m == rel])
     return {name: block for name, block in blocks.items() if block[0] and block[1]}
 
 
@@ -70,26 +80,42 @@ def eval_out_template(wildcards):
 SEEDS_ARG = " ".join(str(s) for s in CFG["seeds"])
 
 
-def tts_job_inputs(wildcards):
-    tts = CFG["tts"]
-    return {
-        "specs": [tts_spec(s, wildcards.benchmark) for s in tts["settings"]],
-        "actor": model_ready(tts["actor"]),
-        "rehearsers": [f for m in tts["rehearsers"].values() for f in model_ready(m)],
-    }
+# The TTS suites: the paper's ("", tts.settings) and, with a released checkpoint of tts.actor, the
+# released weights' ("released", tts.released_settings): (actor, rehearser models, setting ids) each.
+TTS_SUITES = {
+    suite: (*tts_models(CFG, ids[0]), ids)
+    for suite, ids in (
+        ("", CFG["tts"]["settings"]),
+        ("released", CFG["tts"]["released_settings"]),
+    )
+    if ids
+}
 
 
-def tts_job_gpus(wildcards):
-    tts = CFG["tts"]
-    return served_gpus(
-        [tts["actor"], *tts["rehearsers"].values()], [wildcards.benchmark]
+def tts_job_inputs(suite):
+    actor, rehearsers, settings = TTS_SUITES[suite]
+
+    def inputs(wildcards):
+        return {
+            "specs": [tts_spec(s, wildcards.benchmark) for s in settings],
+            "actor": model_ready(actor),
+            "rehearsers": [f for m in rehearsers.values() for f in model_ready(m)],
+        }
+
+    return inputs
+
+
+def tts_job_gpus(suite):
+    actor, rehearsers, _ = TTS_SUITES[suite]
+    return lambda wildcards: served_gpus(
+        [actor, *rehearsers.values()], [wildcards.benchmark]
     )
 
 
-def tts_outputs(ext):
+def tts_outputs(ext, suite=""):
     return [
         f"{RESULTS}/tts/{s}/{{benchmark}}/seed{seed}.{ext}"
-        for s in CFG["tts"]["settings"]
+        for s in TTS_SUITES[suite][2]
         for seed in CFG["tts"]["seeds"]
     ]
 
@@ -109,11 +135,13 @@ def model_source(model):
     return {"model_path": entry["path"]}
 
 
-def one_job_plan():
-    """The `envace eval --plan` items of the evaluate_all job: one per model (the union of its blocks'
+def one_job_plan(part="main"):
+    """The `envace eval --plan` items of a one-job evaluation: one per model (the union of its blocks'
     benchmarks), then the TTS runs, then the rehearsal-fidelity documents (report.fidelity); ordered so
     the items of one weight folder are adjacent, each in that order, so each path is served once
-    (`envace eval` keeps a server from its first item to its last)."""
+    (`envace eval` keeps a server from its first item to its last). `part`: "main" (evaluate_all) or
+    "released" (evaluate_released: the released checkpoints' items, so target `released` trains nothing).
+    """
     benchmarks = {}
     for block_models, block_benchmarks in eval_blocks().values():
         for m in block_models:
@@ -129,17 +157,17 @@ def one_job_plan():
         }
         for m, bs in benchmarks.items()
     ]
-    tts = CFG["tts"]
-    items.append(
+    items += [
         {
-            "model": tts["actor"],
-            **model_source(tts["actor"]),
+            "model": actor,
+            **model_source(actor),
             "benchmark": list(TTS_BENCHMARKS),
-            "seed": list(tts["seeds"]),
+            "seed": list(CFG["tts"]["seeds"]),
             "out": f"{RESULTS}/tts/{{setting}}/{{benchmark}}/seed{{seed}}.jsonl",
-            "tts_setting": list(tts["settings"]),
+            "tts_setting": list(settings),
         }
-    )
+        for actor, _, settings in TTS_SUITES.values()
+    ]
     if fidelity_outputs():  # after the evaluations whose trajectories they read
         items += [
             {
@@ -150,9 +178,11 @@ def one_job_plan():
                 ),
                 "out": f"{RESULTS}/fidelity/{m}/{b}.json",
             }
-            for m in FIDELITY["models"]
+            for m in fidelity_models()
             for b in FIDELITY["benchmarks"]
         ]
+    released = set(released_models(CFG).values())
+    items = [i for i in items if (i["model"] in released) == (part == "released")]
     key = lambda item: json.dumps(
         {k: item.get(k) for k in ("model_path", "checkpoint_dir", "step")}
     )
@@ -162,30 +192,41 @@ def one_job_plan():
     return sorted(items, key=lambda item: first[key(item)])  # stable within a path
 
 
-def one_job_outputs(ext):
-    """evaluate_all's result files (`jsonl`) or manifests (`manifest.json`)."""
+def one_job_outputs(ext, part="main"):
+    """A one-job evaluation's result files (`jsonl`) or manifests (`manifest.json`)."""
+    plan = one_job_plan(part)
     return [
-        f"{RESULTS}/eval/{m}/{b}/seed{s}.{ext}"
-        for item in one_job_plan()
+        f"{RESULTS}/eval/{item['model']}/{b}/seed{s}.{ext}"
+        for item in plan
         if "tts_setting" not in item and "benchmark" in item
-        for m in [item["model"]]
         for b in item["benchmark"]
         for s in CFG["seeds"]
     ] + [
         f"{RESULTS}/tts/{setting}/{b}/seed{s}.{ext}"
-        for setting in CFG["tts"]["settings"]
-        for b in TTS_BENCHMARKS
-        for s in CFG["tts"]["seeds"]
+        for item in plan
+        if "tts_setting" in item
+        for setting in item["tts_setting"]
+        for b in item["benchmark"]
+        for s in item["seed"]
     ]
 
 
-def one_job_fidelity():
-    return [item["out"] for item in one_job_plan() if "fidelity_results" in item]
+def one_job_fidelity(part="main"):
+    return [item["out"] for item in one_job_plan(part) if "fidelity_results" in item]
 
 
-def one_job_inputs():
-    plan = one_job_plan()
-    models = [item["model"] for item in plan] + list(CFG["tts"]["rehearsers"].values())
+def _item_rehearsers(item):
+    """The rehearser models of a TTS plan item's suite."""
+    if "tts_setting" not in item:
+        return []
+    return list(tts_models(CFG, item["tts_setting"][0])[1].values())
+
+
+def one_job_inputs(part="main"):
+    plan = one_job_plan(part)
+    models = [item["model"] for item in plan] + [
+        m for item in plan for m in _item_rehearsers(item)
+    ]
     return {
         "specs": [
             eval_spec(item["model"], b)
@@ -193,7 +234,13 @@ def one_job_inputs():
             if "tts_setting" not in item
             for b in item.get("benchmark", [])
         ]
-        + [tts_spec(s, b) for s in CFG["tts"]["settings"] for b in TTS_BENCHMARKS]
+        + [
+            tts_spec(s, b)
+            for item in plan
+            if "tts_setting" in item
+            for s in item["tts_setting"]
+            for b in item["benchmark"]
+        ]
         + [
             fidelity_spec(item["model"], Path(item["out"]).stem)
             for item in plan
@@ -203,10 +250,12 @@ def one_job_inputs():
     }
 
 
-def one_job_gpus():
+def one_job_gpus(part="main"):
     """The sum over the plan's distinct served paths: an upper bound (`envace eval` runs one item's
     servers and those kept for later items at a time)."""
-    plan = one_job_plan()
-    models = {item["model"] for item in plan} | set(CFG["tts"]["rehearsers"].values())
+    plan = one_job_plan(part)
+    models = {item["model"] for item in plan} | {
+        m for item in plan for m in _item_rehearsers(item)
+    }
     benchmarks = {b for item in plan for b in item.get("benchmark", [])}
     return served_gpus(sorted(models), sorted(benchmarks))

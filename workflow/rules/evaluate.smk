@@ -33,6 +33,35 @@ if ONE_JOB:
         shell:
             "envace eval --config {params.config} --plan {params.plan} > {log} 2>&1"
 
+    if released_models(CFG):
+
+        rule evaluate_released:
+            """The released checkpoints' evaluations, TTS suite and fidelity in one job of their own
+            (evaluation.one_job with `released`): target `released` needs no training.
+            """
+            input:
+                **one_job_inputs("released"),
+            output:
+                samples=one_job_outputs("jsonl", "released"),
+                manifests=one_job_outputs("manifest.json", "released"),
+                fidelity=one_job_fidelity("released"),
+            log:
+                f"{RESULTS}/logs/eval/released.log",
+            benchmark:
+                f"{RESULTS}/benchmarks/evaluate_released.tsv"
+            conda:
+                CONDA_ENV
+            resources:
+                gpu=one_job_gpus("released"),
+            params:
+                config=RESOLVED_CONFIG,
+                plan=_write_spec(
+                    f"{RESULTS}/specs/eval_plan_released.json",
+                    one_job_plan("released"),
+                ),
+            shell:
+                "envace eval --config {params.config} --plan {params.plan} > {log} 2>&1"
+
 else:
 
     for block, (block_models, block_benchmarks) in eval_blocks().items():
@@ -100,6 +129,8 @@ rule evaluate:
 # The blocks in order, then `evaluate` (whose pattern matches every block's files); what the `ruleorder:`
 # directive compiles to, with the block rules this config has.
 BLOCK_RULES = (
-    ["evaluate_all"] if ONE_JOB else [f"evaluate_{block}" for block in eval_blocks()]
+    ["evaluate_all", *(["evaluate_released"] if released_models(CFG) else [])]
+    if ONE_JOB
+    else [f"evaluate_{block}" for block in eval_blocks()]
 )
 workflow.ruleorder(*BLOCK_RULES, "evaluate")

@@ -111,6 +111,7 @@ rule paper_diff:
     input:
         tables=[f"{RESULTS}/tables/{t}.md" for t in TABLES],
         figures=[f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()],
+        released=released_inputs(),
     output:
         md=f"{RESULTS}/paper_diff.md",
         json=f"{RESULTS}/paper_diff.json",
@@ -126,6 +127,42 @@ rule paper_diff:
     shell:
         "envace diff --config {params.config} --results-dir {params.source} "
         "--out-md {output.md} --out-json {output.json} > {log} 2>&1"
+
+
+if released_models(
+    CFG
+):  # config `released`: the authors' released weights through our evaluators
+
+    localrules:
+        released,
+        released_diff,
+
+    rule released:
+        """The authors' released weights through our evaluators (config `released`): their evaluations,
+        TTS suite and fidelity, and the diff against the paper; no training job."""
+        input:
+            released_inputs(),
+            f"{RESULTS}/released_diff.md",
+
+    rule released_diff:
+        """The released weights' cells and claims against the paper (envace diff --released-only)."""
+        input:
+            released_inputs(),
+        output:
+            md=f"{RESULTS}/released_diff.md",
+            json=f"{RESULTS}/released_diff.json",
+        log:
+            f"{RESULTS}/logs/released_diff.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/released_diff.tsv"
+        conda:
+            CONDA_ENV
+        params:
+            config=RESOLVED_CONFIG,
+            source=lambda wc, input: REPORT_SOURCE,
+        shell:
+            "envace diff --released-only --config {params.config} --results-dir {params.source} "
+            "--out-md {output.md} --out-json {output.json} > {log} 2>&1"
 
 
 rule report_html:
