@@ -34,11 +34,12 @@ over-long summary prompt) becomes a deterministic digest of the attempts (each a
 feedback and final answer), which is then capped like any memory.
 
 Recorded (:class:`TTSRecord`, JSON-able via ``as_dict``): per attempt the initial prompt length, the
-final ACT context length, the longest REHEARSE context, generated tokens, termination, transcript, and
-the self-evaluation; the memory and its token count; the summary; the commit's context length at every
-ACT generation (prompt + reply, measured on the token ids sent to the actor) and at the end; fallback
-counts. :attr:`TTSResult.fields` are the result-line fields of :func:`run_episode` with the record added
-as ``extra["tts"]``. The self-evaluation and memory parsers scan with ``str.find`` (linear in the reply)
+final ACT context length, the longest REHEARSE context, generated tokens, termination, transcript, the
+calls the rehearser answered and how many of its replies were malformed, and the self-evaluation; the
+memory and its token count; the summary; the commit's context length at every ACT generation (prompt +
+reply, measured on the token ids sent to the actor) and at the end; fallback counts.
+:attr:`TTSResult.fields` are the result-line fields of :func:`run_episode` with the record added as
+``extra["tts"]``. The self-evaluation and memory parsers scan with ``str.find`` (linear in the reply)
 and decode JSON with :func:`envace.core.tools.load_model_json`, so no reply can raise or stall them.
 
 A backend that fails while rehearsing (``OSError`` / ``ConnectionError``) raises
@@ -62,6 +63,7 @@ from typing import Any, Literal, Protocol
 
 from envace.core.episode import run_episode
 from envace.core.prompts import load_prompt
+from envace.core.rehearsal import OutcomeKind
 from envace.core.rollout import BackendError, GenerateBackend, Mode, RolloutConfig, Termination, run_rollout
 from envace.core.tools import (
     ChatTemplateTokenizer,
@@ -161,6 +163,8 @@ class AttemptRecord:
     transcript_truncated: bool
     evaluation: Evaluation
     eval_prompt_tokens: int
+    rehearsed_calls: int = 0  # calls the rehearser answered in this attempt
+    malformed_rehearsals: int = 0  # of those, replies without a parseable <execution_result>
 
 
 @dataclass
@@ -389,6 +393,8 @@ class _Session:
             generated_tokens=sum(len(g.response_ids) for g in traj.generations),
             final_answer=traj.final_answer, transcript=text, transcript_truncated=cut,
             evaluation=Evaluation(None, EVAL_FALLBACK_FEEDBACK, True, "not evaluated"), eval_prompt_tokens=0,
+            rehearsed_calls=len(traj.rehearsed),
+            malformed_rehearsals=sum(o.kind == OutcomeKind.MALFORMED for _, o in traj.rehearsed),
         )
         return record
 

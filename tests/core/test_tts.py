@@ -66,6 +66,7 @@ def test_parallel_attempts_are_independent(tokenizer):
     assert [a.evaluation.success for a in rec.attempts] == [False, True]
     assert rec.attempts[0].prompt_tokens == rec.attempts[1].prompt_tokens
     assert rec.attempts[0].num_turns == 2 and rec.attempts[1].num_turns == 1
+    assert [(a.rehearsed_calls, a.malformed_rehearsals) for a in rec.attempts] == [(1, 0), (0, 0)]
     # the summarizer sees both attempts and both reviews
     summary_prompt = rehearser.prompts[-1]
     for marker in ("ATTEMPT-ONE-ANSWER", "ATTEMPT-TWO-ANSWER", "FEEDBACK-ONE", "FEEDBACK-TWO", "99"):
@@ -384,6 +385,17 @@ class _SeededScript(ScriptedBackend):
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]):
         self.seeds.append(self.key)
         return await super().generate(prompt_ids, sampling_params)
+
+
+def test_a_malformed_rehearsal_is_counted_in_its_attempt(tokenizer):
+    """An attempt whose rehearser answers a call without an <execution_result> ends there (as in
+    training); its record counts the answered call and the malformed reply."""
+    result, *_ = _run(tokenizer, "parallel", [CALL, "no tags here", EVAL_1, SUMMARY],
+                      [CALL, "It is 18 degrees."], n=1)
+    (attempt,) = result.record.attempts
+    assert attempt.termination == "rehearsal_malformed"
+    assert (attempt.rehearsed_calls, attempt.malformed_rehearsals) == (1, 1)
+    assert result.record.as_dict()["attempts"][0]["malformed_rehearsals"] == 1
 
 
 def test_parallel_attempts_draw_from_their_own_forks(tokenizer):
