@@ -107,9 +107,10 @@ def test_released_target_at_smoke_scale_trains_nothing(repo_root, scratch):
         # VitaBench: one job per model and block)
         ("figures/fig3_ablation.pdf",
          {"train": 3, "evaluate_table1": 3, "figure": 1, "prepare_training_data": 1}),
-        # table2: FinMCP for EnvACE-8B and two external baselines
+        # table2: FinMCP for EnvACE-8B and two external baselines, and the released EnvACE-8B's row
         ("results/tables/table2.md",
-         {"train": 1, "evaluate_table2": 3, "table": 1, "prepare_training_data": 1}),
+         {"train": 1, "evaluate_table2": 3, "evaluate_released_envace_8b_released": 1, "table": 1,
+          "prepare_training_data": 1}),
         # a (model, benchmark) outside every block: one job for all its seeds (the path as the CLI's
         # envace.common.results.eval_path builds it: the rules' output patterns follow that layout)
         (str(eval_path("results", "qwen3_8b", "bfcl_multi_turn", 0)), {"evaluate": 1}),

@@ -1,18 +1,21 @@
 """``envace tables {table1,table2,table3}``: our values with bootstrap intervals beside the paper's.
 
-* Table 1: rows = ``evaluation.table1.models`` (then any paper row whose label no configured model has,
-  all MISSING); columns = the table's benchmarks and Overall = plain mean of the benchmark averages with
-  a benchmark-stratified interval. For each benchmark with ``aggregate.method: bfcl_eval`` a note says
-  which Overall its values are (:func:`envace.report.evaluations.describe_overall`: ``leaderboard Overall``
-  or ``re-weighted, without ...``), one per distinct description, naming the rows when they differ.
-  Each of ``evaluation.ours_benchmarks`` (ours, no paper column: the ledger) is one more column after
-  Overall (the ledger's title has a dagger), never in Overall; a note says so.
-* Table 2: rows = ``evaluation.table2.models``; columns = the benchmark's ``aggregate.metrics`` (FinMCP:
-  tp, tr, tf1), averaged as ``aggregate.average`` says (default ``micro``: the metrics of the tool counts
-  summed over samples, the paper's definition). A micro table also carries the macro values (means of
-  per-sample values, with their intervals) as ``<metric>_macro`` columns in the CSV, a labelled second
-  table in the Markdown and comment lines in the TeX; the diff compares only the main columns. Each of
-  ``evaluation.ours_benchmarks`` is one more column (its score).
+* Table 1: rows = ``evaluation.table1.models``, each followed by its released checkpoint (config
+  ``released``: the authors' weights through our evaluators, beside the same paper values), then any
+  paper row whose label no configured model has, all MISSING; columns = the table's benchmarks and
+  Overall = plain mean of the benchmark averages with a benchmark-stratified interval. For each
+  benchmark with ``aggregate.method: bfcl_eval`` a note says which Overall its values are
+  (:func:`envace.report.evaluations.describe_overall`: ``leaderboard Overall`` or ``re-weighted,
+  without ...``), one per distinct description, naming the rows when they differ. Each of
+  ``evaluation.ours_benchmarks`` (ours, no paper column: the ledger) is one more column after Overall
+  (the ledger's title has a dagger), never in Overall; a note says so.
+* Table 2: rows = ``evaluation.table2.models`` (released checkpoints as in Table 1); columns = the
+  benchmark's ``aggregate.metrics`` (FinMCP: tp, tr, tf1), averaged as ``aggregate.average`` says
+  (default ``micro``: the metrics of the tool counts summed over samples, the paper's definition). A
+  micro table also carries the macro values (means of per-sample values, with their intervals) as
+  ``<metric>_macro`` columns in the CSV, a labelled second table in the Markdown and comment lines in
+  the TeX; the diff compares only the main columns. Each of ``evaluation.ours_benchmarks`` is one more
+  column (its score).
 * Table 3: rows = ``tts.table3`` (row name -> TTS setting); columns = each ``tts.benchmarks`` score,
   Overall = their mean, and delta = Overall(setting) - Overall(no_tts) with a paired interval; then each
   of ``evaluation.ours_benchmarks`` (its TTS score; in neither Overall nor delta).
@@ -35,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from envace.common.config import ours_benchmarks
+from envace.common.config import ours_benchmarks, released_models
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, tables_dir
 from envace.report.context import Cell, ReportContext, add_common_args, context_from_args, write_output
@@ -84,12 +87,18 @@ def _paper_rows(ctx: ReportContext, name: str) -> dict[str, dict[str, float | No
 
 
 def _model_rows(ctx: ReportContext, name: str, columns: list[str], cells: Callable[[str], dict]) -> list[Row]:
-    """Rows for configured models, then MISSING rows for paper labels that no configured model has."""
+    """Rows for configured models, each followed by its released checkpoint's row (config ``released``,
+    beside the same paper values; not in the released-weights view, where our row already reads it), then
+    MISSING rows for paper labels that no configured model has."""
     paper = _paper_rows(ctx, name)
+    swap = released_models(ctx.cfg) if ctx.view is None else {}
     rows = []
     for model in ctx.cfg["evaluation"][name]["models"]:
         label = ctx.cfg["models"][model]["label"]
         rows.append(Row(model, label, cells(model), dict(paper.get(label, {}))))
+        if model in swap:
+            rows.append(Row(swap[model], ctx.cfg["models"][swap[model]]["label"], cells(swap[model]),
+                            dict(paper.get(label, {}))))
     have = {r.label for r in rows}
     for label, values in paper.items():
         if label not in have:

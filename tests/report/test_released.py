@@ -136,3 +136,19 @@ def test_released_checkpoints_are_evaluated_where_ours_are(released_cfg: dict) -
     pairs = evaluation_pairs(released_cfg)
     ours = sorted(b for m, b in pairs if m == "envace_8b")
     assert sorted(b for m, b in pairs if m == RELEASED) == ours and ours
+
+
+def test_table1_has_the_released_row_after_ours(released_cfg: dict, released_results: Path) -> None:
+    from envace.report.tables import build_table1
+
+    rows = build_table1(ReportContext(released_cfg, released_results, resamples=200)).rows
+    labels = [r.label for r in rows]
+    i = labels.index("EnvACE-8B")
+    released = rows[i + 1]
+    assert released.label == "EnvACE-8B (released weights)" and released.paper == rows[i].paper
+    assert released.cells["tau2"].interval.point == pytest.approx(100.0)
+    # in the released-weights view our row already reads the release: no second row
+    from envace.report.context import ReleasedView
+
+    view = ReportContext(released_cfg, released_results, resamples=200, view=ReleasedView.of(released_cfg))
+    assert "EnvACE-8B (released weights)" not in [r.label for r in build_table1(view).rows]
