@@ -3,7 +3,8 @@
 Implemented: a page that reads top-down for a reviewer: the verdict (each of the paper's claims with its
 status and paired intervals, the counts of cell statuses, the learning check), Figures 3-6 and the
 rehearsal-fidelity figure, Tables 1-3 and the fidelity table, every paper cell (those with a value of
-ours as a table, the MISSING ones as one line per reason), then a "what ran where" paragraph and
+ours as a table, the MISSING ones as one line per reason), the authors' released weights' cells and
+claims where the config has ``released``, then a "what ran where" paragraph and
 provenance (scale, report and results commits, config hash, seeds, bootstrap, every package version the
 results recorded). Verdict and cells come from ``paper_diff.json`` (the same command writes
 ``paper_diff.md`` from the same data); the tables are the Markdown files the DAG writes (rendered with
@@ -203,11 +204,30 @@ def build_page(tables: list[Path], figures: list[Path], diff_json: Path, train_d
              "<section><h2>Figures</h2>" + "".join(_figure(f) for f in figures) + "</section>",
              "<section><h2>Tables</h2>" + "".join(_markdown(t) for t in tables) + "</section>",
              f"<section><h2>Every paper cell</h2>{cells(diff['entries'])}</section>",
+             *([f"<section><h2>The authors' released weights through our evaluators</h2>"
+                f"{released(diff['released'])}</section>"] if diff.get("released") else []),
              f"<section><h2>What ran where</h2><p>{_e(what_ran_where(header, _runs(train_dir)))}</p>"
              f"<h3>Provenance</h3>{_provenance(header)}</section>"]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>EnvACE reproduction report"
             f"</title><style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
             + "".join(parts) + "</body></html>")
+
+
+def released(section: dict[str, Any]) -> str:
+    """The diff's released-weights section (``envace.report.diff.released_results``): the checkpoints,
+    each cell beside the paper's and ours, and the claims again with the released weights."""
+    pairs = ", ".join(f"{_e(ours)} &rarr; {_e(rel)}" for ours, rel in section["models"].items())
+    rows = [[e["table"], e["row"], e["column"], number(e["paper"], e["decimals"]),
+             number(e["ours"], e["decimals"]), bounds(e, e["decimals"]), e["status"],
+             number(e.get("ours_trained"), e["decimals"])] for e in section["entries"]]
+    claims = [[c["text"] + f" ({c['id']})", c["status"],
+               "; ".join(f"{x['comparison']}: {_interval(x) if 'point' in x else 'MISSING'}"
+                         for x in c["comparisons"]) or "—"] for c in section["claims"]]
+    return (f"<p>Released checkpoints in place of ours: {pairs}.</p>"
+            + _table(["table", "row", "column", "paper", "released", "95% CI", "status", "ours (trained)"],
+                     rows)
+            + "<h3>Claims with the released weights</h3>"
+            + _table(["claim", "status", "paired difference, 95% interval"], claims))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -152,3 +152,12 @@ def test_table1_has_the_released_row_after_ours(released_cfg: dict, released_res
 
     view = ReportContext(released_cfg, released_results, resamples=200, view=ReleasedView.of(released_cfg))
     assert "EnvACE-8B (released weights)" not in [r.label for r in build_table1(view).rows]
+
+
+def test_report_page_shows_the_released_section(released_cfg: dict, released_results: Path) -> None:
+    from envace.report.html import released
+
+    section = build_diff(ReportContext(released_cfg, released_results, resamples=200))["released"]
+    page = released(section)
+    assert "envace_8b &rarr; envace_8b_released" in page and "EnvACE-8B" in page
+    assert page.count("<table") == 2 and "Claims with the released weights" in page
