@@ -267,8 +267,11 @@ def tts_files(setting, benchmark, root=None):
 def table_inputs(table):
     if table in ("table1", "table2"):
         block = CFG["evaluation"][table]
-        swap = released_models(CFG)  # each released checkpoint's row follows its counterpart's
-        models = [x for m in block["models"] for x in [m, *([swap[m]] if m in swap else [])]]
+        # each released checkpoint's row follows its counterpart's
+        swap = released_models(CFG)
+        models = [
+            x for m in block["models"] for x in [m, *([swap[m]] if m in swap else [])]
+        ]
         return [
             f
             for m in models
