@@ -308,11 +308,14 @@ def released_results(ctx: ReportContext, ours: Sequence[dict] | None = None) -> 
     by_key = {(e["table"], e["row"], e["column"]): e for e in ours or []}
     for e in entries:
         e["ours_trained"] = by_key.get((e["table"], e["row"], e["column"]), {}).get("ours")
-    claims = claim_results(view)
+    return {"models": swap, **_checked(view, entries, claim_results(view))}
+
+
+def _checked(ctx: ReportContext, entries: list[dict], claims: list[dict]) -> dict[str, Any]:
+    """Provenance, status counts, entries and claims: the body of a diff and of its released section."""
     return {
-        "models": swap,
-        "header": view.header(),
-        "header_line": view.header_line(),
+        "header": ctx.header(),
+        "header_line": ctx.header_line(),
         "counts": dict(Counter(e["status"] for e in entries)),
         "claim_counts": dict(Counter(c["status"] for c in claims)),
         "entries": entries,
@@ -322,16 +325,7 @@ def released_results(ctx: ReportContext, ours: Sequence[dict] | None = None) -> 
 
 def build_diff(ctx: ReportContext) -> dict[str, Any]:
     entries = table_entries(ctx) + figure_entries(ctx)
-    claims = claim_results(ctx)
-    diff = {
-        "header": ctx.header(),
-        "header_line": ctx.header_line(),
-        "counts": dict(Counter(e["status"] for e in entries)),
-        "claim_counts": dict(Counter(c["status"] for c in claims)),
-        "entries": entries,
-        "claims": claims,
-        "learning": learning_results(ctx),
-    }
+    diff = {**_checked(ctx, entries, claim_results(ctx)), "learning": learning_results(ctx)}
     released = released_results(ctx, entries)
     if released is not None:
         diff["released"] = released
