@@ -148,6 +148,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from envace.common.results import environment_fingerprint
     from envace.serve.tiny_model import build_tiny_model
     from envace.train.numerics import pin
     from envace.train.warmstart import sft
@@ -157,7 +158,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(out)
     info: dict[str, Any] = {"path": str(out), "seed": args.seed,
                             "parameters": sum(p.numel() for p in model.parameters()), "numerics": numerics,
-                            "warmstart": []}
+                            **environment_fingerprint(), "warmstart": []}
     if not args.stages:
         return info
     tokenizer = AutoTokenizer.from_pretrained(out)

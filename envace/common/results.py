@@ -39,9 +39,11 @@ The hash a manifest must carry is :func:`envace.common.config.eval_hash` (evalua
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import numbers
+import platform
 import re
 import subprocess
 from collections import Counter
@@ -307,14 +309,41 @@ def current_git_commit(cwd: str | Path | None = None) -> str | None:
 
 
 def installed_versions(names: Iterable[str] = DEFAULT_PACKAGES) -> dict[str, str]:
-    """Versions of the installed distributions among ``names`` (absent ones are left out)."""
+    """Versions of the installed distributions among ``names`` (absent ones are left out), then the
+    whole environment's fingerprint (:func:`environment_fingerprint`) under ``environment`` and ``cpu``."""
     versions = {}
     for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return versions
+    return {**versions, **environment_fingerprint()}
+
+
+@cache
+def environment_fingerprint() -> dict[str, str]:
+    """What else can move a number with the same code and weights (one process computes it once).
+
+    ``environment``: 16 hex digits of SHA-256 over every installed distribution's ``name==version``
+    (sorted), with their count: two result files with different digits ran on different installs, e.g.
+    a transitive dependency that PyPI moved between two fresh set-ups. ``cpu``: the machine and the widest
+    vector extensions its CPU reports (vLLM's CPU kernels and oneDNN choose by them; the pinned warm start
+    does not, see envace.train.numerics).
+    """
+    dists = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}" for d in metadata.distributions()})
+    digest = hashlib.sha256("\n".join(dists).encode()).hexdigest()[:16]
+    return {"environment": f"{digest} ({len(dists)} distributions)", "cpu": _cpu_summary()}
+
+
+def _cpu_summary() -> str:
+    """``x86_64 avx512f avx512_bf16 amx_tile``-like: the machine and the vector flags among a fixed list
+    that /proc/cpuinfo names (only the machine where it is unreadable)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        flags = set()
+    return " ".join([platform.machine(), *(f for f in wanted if f in flags)])
 
 
 def _now() -> str:

@@ -115,3 +115,35 @@ def test_sample_count_must_match_manifest(path: Path) -> None:
     path.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
     with pytest.raises(ResultsError, match="has 2 lines but its manifest says n_samples=3"):
         read_results(path)
+
+
+def test_manifests_fingerprint_the_whole_install_and_the_cpu(tmp_path, monkeypatch) -> None:
+    """Every manifest says which install and CPU its numbers came from (the same code and weights scored
+    19.1 and 39.5 on two set-ups): the digest covers every distribution, not only the pinned ones."""
+    from importlib import metadata
+
+    from envace.common import results
+
+    path = write_results(tmp_path / "r.jsonl", [line("a")], model="m", benchmark="tau2", seed=0,
+                         scale="smoke", config_hash=HASH)
+    versions = json.loads(manifest_path(path).read_text())["package_versions"]
+    digest, count = versions["environment"].split(" ", 1)
+    assert len(digest) == 16 and int(digest, 16) >= 0
+    assert count == f"({len({d.metadata['Name'].lower() for d in metadata.distributions()})} distributions)"
+    assert versions["cpu"].split()[0] and versions["numpy"]
+
+    class Dist:  # one transitive dependency moved: another digest
+        def __init__(self, name: str, version: str) -> None:
+            self.metadata, self.version = {"Name": name}, version
+
+    def fingerprint(dists: list) -> str:
+        results.environment_fingerprint.cache_clear()
+        monkeypatch.setattr(results.metadata, "distributions", lambda: dists)
+        return results.environment_fingerprint()["environment"]
+
+    try:
+        before = fingerprint([Dist("a", "1.0"), Dist("B", "2.0")])
+        assert fingerprint([Dist("b", "2.0"), Dist("A", "1.0")]) == before  # order and case: the same
+        assert fingerprint([Dist("a", "1.0"), Dist("b", "2.1")]) != before
+    finally:
+        results.environment_fingerprint.cache_clear()

