@@ -212,7 +212,8 @@ def config_values(cfg: Any, path: Sequence[str]) -> list[Any]:
 def eval_rules(**kwargs: Any) -> RolloutConfig:
     """A :class:`RolloutConfig` with the evaluation's episode rules unless ``kwargs`` set them: the whole
     episode under one token budget, every ACT turn counted toward ``max_turns``, the chat template's own
-    thinking default. The rollout tests are written against these rules; ``RolloutConfig()`` alone has
-    the training defaults (``EPISODE_DEFAULTS``)."""
-    rules: dict[str, Any] = {"context_budget": "episode", "turn_cap": "every_turn", "template_kwargs": {}}
+    thinking default, no REHEARSE context cut. The rollout tests are written against these rules;
+    ``RolloutConfig()`` alone has the training defaults (``EPISODE_DEFAULTS``)."""
+    rules: dict[str, Any] = {"context_budget": "episode", "turn_cap": "every_turn", "template_kwargs": {},
+                             "rehearse_truncation": "none"}
     return RolloutConfig(**{**rules, **kwargs})

@@ -180,6 +180,7 @@ class RolloutConfig:
     context_budget: Literal["per_generation", "episode"] = EPISODE_DEFAULTS["context_budget"]
     turn_cap: Literal["every_turn", "user_turn_end"] = EPISODE_DEFAULTS["turn_cap"]
     max_env_steps: int = EPISODE_DEFAULTS["max_env_steps"]  # with turn_cap="user_turn_end"
+    rehearse_truncation: Literal["left", "none"] = EPISODE_DEFAULTS["rehearse_truncation"]
     prompt_name: str = EPISODE_DEFAULTS["rehearsal_prompt"]
     parameters_key: bool = True  # authors' tool_parser: "parameters" accepted as the arguments key
     template_kwargs: dict[str, Any] = field(  # enable_thinking: False unless the episode rules turn it on
@@ -315,9 +316,14 @@ class _Run:
         return tokens.tokenizer.decode(body, skip_special_tokens=False)
 
     async def _rehearse(self, candidate: CallCandidate, turn: int) -> RehearsalOutcome | None:
-        """Ask the rehearsing backend; ``None`` if the REHEARSE context is over its limit."""
+        """Ask the rehearsing backend; ``None`` if the REHEARSE context is over its limit. With
+        ``rehearse_truncation="left"`` a context over ``max_prompt_tokens`` is cut to its last
+        ``max_prompt_tokens`` ids first (the generation's context, the training row's prompt, is the cut
+        one; the REHEARSE context itself keeps every id for the next call)."""
         assert self.rehearse_ctx is not None and self.rehearser is not None
         context = self.rehearse_ctx.prompt_ids(candidate)
+        if self.config.rehearse_truncation == "left" and len(context) > self.config.max_prompt_tokens:
+            context = context[len(context) - self.config.max_prompt_tokens:]
         prompt_len = len(context)
         budget = self.config.max_rehearse_context_tokens - prompt_len
         if budget <= 0:

@@ -45,6 +45,7 @@ def evaluation_rollout(cfg: Mapping[str, Any]) -> RolloutConfig:
         rehearse_sampling=_sampling(rehearse),
         prompt_name=rehearse["prompt"],
         max_rehearse_context_tokens=int(rehearse["max_context_tokens"]),
+        rehearse_truncation="none",  # a test-time rehearsal is bounded by its own max_context_tokens
     )
 
 

@@ -189,6 +189,28 @@ def test_context_limits(tokenizer, scripted) -> None:
     assert reh.termination == Termination.CONTEXT_LIMIT and [g.role for g in reh.generations] == ["act"]
 
 
+def test_a_rehearse_context_over_the_prompt_limit_is_cut_from_the_left(tokenizer, scripted) -> None:
+    """The authors' rollout_truncation=left: REHEARSE answers a context over max_prompt_tokens from its
+    last max_prompt_tokens ids (the row's prompt is the cut one) with its full reply cap; 'none' (ours
+    before) ends the episode at the context limit instead."""
+    full = roll(scripted([CALL, RESULT, "Done."]), tokenizer, eval_rules(), references=REFS)
+    rehearse_len = full.generations[1].prompt_len
+    limit = rehearse_len - 70  # the context ends 70 ids past the limit: 'none' has no room for a reply
+    cfg = {"context_budget": "per_generation", "max_prompt_tokens": limit, "max_response_tokens": 64,
+           "max_rehearse_context_tokens": limit + 64}
+    backend = scripted([CALL, RESULT, "Done."])
+    cut = roll(backend, tokenizer, eval_rules(rehearse_truncation="left", **cfg), references=REFS)
+    assert cut.termination == Termination.FINAL_ANSWER and observations(cut) == [{"temp": 4}]
+    rehearse = cut.generations[1]
+    assert rehearse.role == "rehearse" and rehearse.prompt_len == limit
+    assert rehearse.prompt_ids == full.generations[1].prompt_ids[70:] == backend.prompt_ids[1]
+    assert backend.params[1]["max_tokens"] == min(64, RolloutConfig().rehearse_sampling["max_tokens"])
+
+    kept = roll(scripted([CALL, RESULT, "Done."]), tokenizer, eval_rules(rehearse_truncation="none", **cfg),
+                references=REFS)
+    assert kept.termination == Termination.CONTEXT_LIMIT and [g.role for g in kept.generations] == ["act"]
+
+
 def test_truncated_turn_gets_turn_end_in_delta(tokenizer, scripted) -> None:
     backend = scripted([(CALL, False), RESULT, "Done."])
     traj = roll(backend, tokenizer, eval_rules(act_sampling={"max_tokens": 1000}))

@@ -209,7 +209,7 @@ def rollout_config_from(
 
     ``max_turns`` / ``precheck`` / ``mode`` and the episode rules (``terminate_on_rehearsal_malformed``,
     ``terminate_on_rehearsal_error``, ``replay_user_turns``, ``context_budget``, ``rehearsal_prompt``,
-    ``turn_cap``, ``max_env_steps``, ``rehearse_max_tokens``; set by
+    ``turn_cap``, ``max_env_steps``, ``rehearse_max_tokens``, ``rehearse_truncation``; set by
     :mod:`envace.train.verl_ext.compose` from ``training.runs.<run>.episode``, a missing one taking
     :data:`envace.common.settings.EPISODE_DEFAULTS`) come from ``envace``;
     ``parameters_key`` from ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers'
@@ -254,6 +254,7 @@ def rollout_config_from(
         prompt_name=str(rule("rehearsal_prompt")),
         turn_cap=str(rule("turn_cap")),
         max_env_steps=int(rule("max_env_steps")),
+        rehearse_truncation=str(rule("rehearse_truncation")),
         parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)
         template_kwargs={**chat, **dict(envace_cfg.get("template_kwargs", {}))},
     )
