@@ -80,12 +80,15 @@ from envace.core.rehearsal import (
     parse_rehearsal_output,
     precheck_call,
 )
+from envace.core.single_call import RESPONSE_FORMAT as SINGLE_CALL_FORMAT
+from envace.core.single_call import failed_outcome, parse_single_call_reply, single_call_messages
 from envace.core.tools import (
     ChatTemplateTokenizer,
     ChatTokens,
     ToolCall,
     assistant_message,
     parse_tool_calls,
+    render_chat,
     tool_message,
 )
 
@@ -181,6 +184,11 @@ class RolloutConfig:
     turn_cap: Literal["every_turn", "user_turn_end"] = EPISODE_DEFAULTS["turn_cap"]
     max_env_steps: int = EPISODE_DEFAULTS["max_env_steps"]  # with turn_cap="user_turn_end"
     rehearse_truncation: Literal["left", "none"] = EPISODE_DEFAULTS["rehearse_truncation"]
+    # external_simulator only: "rehearsal" = the rehearsal prompt in one growing chat (ours before);
+    # "single_call" = the authors' caller-only simulator (envace.core.single_call), up to
+    # simulator_attempts requests per call
+    simulator_protocol: Literal["rehearsal", "single_call"] = "rehearsal"
+    simulator_attempts: int = 5
     prompt_name: str = EPISODE_DEFAULTS["rehearsal_prompt"]
     parameters_key: bool = True  # authors' tool_parser: "parameters" accepted as the arguments key
     template_kwargs: dict[str, Any] = field(  # enable_thinking: False unless the episode rules turn it on
@@ -321,6 +329,8 @@ class _Run:
         ``max_prompt_tokens`` ids first (the generation's context, the training row's prompt, is the cut
         one; the REHEARSE context itself keeps every id for the next call)."""
         assert self.rehearse_ctx is not None and self.rehearser is not None
+        if self.config.mode == Mode.EXTERNAL_SIMULATOR and self.config.simulator_protocol == "single_call":
+            return await self._simulate_single_call(candidate, turn)
         context = self.rehearse_ctx.prompt_ids(candidate)
         if self.config.rehearse_truncation == "left" and len(context) > self.config.max_prompt_tokens:
             context = context[len(context) - self.config.max_prompt_tokens:]
@@ -341,6 +351,37 @@ class _Run:
             terminate_on_malformed=self.config.terminate_on_rehearsal_malformed,
             terminate_on_error=self.config.terminate_on_rehearsal_error,
         )
+        self.rehearsed.append((candidate.call, outcome))
+        return outcome
+
+    async def _simulate_single_call(self, candidate: CallCandidate, turn: int) -> RehearsalOutcome | None:
+        """The authors' caller-only simulator (:mod:`envace.core.single_call`): a fresh chat for this call,
+        asked up to ``simulator_attempts`` times for a usable JSON reply (each request one generation,
+        not trainable); ``None`` if the chat is over the REHEARSE context limit."""
+        assert self.rehearse_ctx is not None and self.rehearser is not None
+        if candidate.call is None:  # nothing to simulate: the format error a precheck gives
+            outcome = precheck_call(candidate, self.registry, "format")
+            assert outcome is not None
+        else:
+            tokenizer = self.rehearse_ctx.tokenizer
+            messages = single_call_messages(candidate.call, self.registry, self.rehearse_ctx.references)
+            context = render_chat(tokenizer, messages, add_generation_prompt=True, tokenize=True,
+                                  **template_kwargs(False))
+            budget = self.config.max_rehearse_context_tokens - len(context)
+            if budget <= 0:
+                return None
+            params = {**self.config.rehearse_sampling, "response_format": SINGLE_CALL_FORMAT}
+            params["max_tokens"] = min(int(params.get("max_tokens", budget)), budget)
+            outcome, why = None, ""
+            for _ in range(max(1, self.config.simulator_attempts)):
+                ids, logprobs = await self.rehearser.generate(list(context), params)
+                self.generations.append(Generation("rehearse", list(context), len(context), ids, logprobs,
+                                                   turn, trainable=False, user_turn=self.user_turn))
+                outcome, why = parse_single_call_reply(tokenizer.decode(ids, skip_special_tokens=True))
+                if outcome is not None:
+                    break
+            if outcome is None:
+                outcome = failed_outcome(why, max(1, self.config.simulator_attempts))
         self.rehearsed.append((candidate.call, outcome))
         return outcome
 

