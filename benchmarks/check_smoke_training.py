@@ -49,6 +49,7 @@ from envace.common.config import evaluation_pairs, figure5_models, merge_config_
 STEP = re.compile(r"step:(\d+) - ")
 EXACT = "envace/rehearse/reference_exact"  # REHEARSE answers equal to the reference response, per step
 CORR = "envace/rollout_actor_corr/"
+PADDING = "envace/padding/copied_rows"  # rows the authors' batch padding copied, per step (and role)
 DIFF = "envace/rollout_actor_prob_diff/"
 SMOKE_CONFIGS = [Path(__file__).resolve().parents[1] / "config" / name
                  for name in ("smoke.yaml", "smoke_ledger.yaml")]
@@ -123,6 +124,11 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
                 seen = _agreement_text(a) if a else "not logged"
                 problems.append(f"{run}: {policy} policy's rollout-vs-actor agreement {seen} "
                                 f"(want >= {MIN_AGREEMENT} at every step)")
+        if runs_cfg.get(run, {}).get("batch_padding") == "copy":  # per-role runs log "<role>/envace/..."
+            copied = [[float(v) for k, v in r.items() if k.endswith(PADDING)] for r in rows]
+            print(f"{run}: rows copied by the authors' batch padding per step {[sum(c) for c in copied]}")
+            if not rows or not all(copied):
+                problems.append(f"{run}: batch_padding copy, but {PADDING} is missing at some step")
         any_update |= any(_updated(r) for r in rows)
         if run in runs_cfg:
             problems += check_outputs(results, checkpoints, run, runs_cfg[run],

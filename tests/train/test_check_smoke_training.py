@@ -66,6 +66,24 @@ def test_healthy_runs_pass(tmp_path):
     assert _check(tmp_path) == []
 
 
+def test_the_authors_padding_must_log_its_copies_at_every_step(tmp_path, capsys):
+    """A run with batch_padding copy logs envace/padding/copied_rows at every step (per role: the ACT
+    policy's key bare, the REHEARSE policy's under "rehearse/"); a step without it fails."""
+    runs = {**RUNS, "per_role_8b": {**RUNS["per_role_8b"], "batch_padding": "copy"}}
+    _write(tmp_path, "envace_8b", [_row(n, **{"envace/rollout_actor_corr/shared": 0.999}) for n in (1, 2, 3)])
+    rows = [_synced(n) for n in (1, 2, 3)]
+    for n, row in enumerate(rows):
+        row["data"].update({"envace/padding/copied_rows": 1.0, "rehearse/envace/padding/copied_rows": n})
+    _write(tmp_path, "per_role_8b", rows)
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == []
+    printed = capsys.readouterr().out
+    assert "per_role_8b: rows copied by the authors' batch padding per step [1.0, 2.0, 3.0]" in printed
+    del rows[1]["data"]["envace/padding/copied_rows"], rows[1]["data"]["rehearse/envace/padding/copied_rows"]
+    _write(tmp_path, "per_role_8b", rows)
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [
+        "per_role_8b: batch_padding copy, but envace/padding/copied_rows is missing at some step"]
+
+
 def test_per_role_agreement_missing_at_one_step_or_low_fails(tmp_path):
     _write(tmp_path, "envace_8b", [_row(n, **{"envace/rollout_actor_corr/shared": 0.999}) for n in (1, 2, 3)])
     rows = [_synced(1), _row(2, **{"envace/rollout_actor_corr/act": 0.9995}, **UPDATES), _synced(3)]

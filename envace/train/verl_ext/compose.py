@@ -28,6 +28,7 @@ from typing import Any
 
 from envace.common.config import episode_rules
 from envace.common.settings import training_loggers
+from envace.train.verl_ext.padding import AUTHORS_ROWS_PER_GPU
 from envace.train.verl_ext.per_role import split_nodes
 
 __all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides",
@@ -103,6 +104,8 @@ def run_overrides(
         "envace.precheck": r.get("precheck", "none"),
         "envace.roles": r.get("roles", "shared"),
         "envace.mode": "external_simulator" if r.get("algorithm") == "grpo" else "rehearsal",
+        "envace.batch_padding": str(r.get("batch_padding", "mask")),
+        "envace.padding_multiple": AUTHORS_ROWS_PER_GPU * max(1, int(r["nodes"]) * int(r["gpus_per_node"])),
         # episode / update rules (training.runs.<run>.episode; defaults = the authors' code)
         "envace.terminate_on_rehearsal_error": bool(ep["terminate_on_rehearsal_error"]),
         "envace.terminate_on_rehearsal_malformed": bool(ep["terminate_on_rehearsal_malformed"]),

@@ -55,7 +55,11 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   :class:`_SaveAfterLog`); nothing changes the model, the optimizer or the dataloader between the two
   points, so the checkpoint is the same.
 
-Everything else (sampling, padding with masked rows, log-probs, checkpoints, resume, validation) is verl's.
+- :meth:`EnvaceTrainer._balance_batch`, the authors' batch padding (``envace.batch_padding: copy``):
+  copies of the step's own rows up to a multiple of ``envace.padding_multiple``
+  (:mod:`envace.train.verl_ext.padding`) before verl's balancing; ``mask`` leaves verl's masked padding.
+
+Everything else (sampling, log-probs, checkpoints, resume, validation) is verl's.
 Verified: the guard's decisions in tests/train/verl_ext/test_per_role_trainer.py; the whole trainer through
 verl's real ``main_ppo`` on CPU in the smoke DAG (shared policy; the agreement it logs:
 docs/measurements.md, "Numbers behind design choices in the code") and test_per_role_main_ppo.py (per-role
@@ -75,6 +79,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from envace.core.fidelity import REFERENCE_COUNTS
 from envace.train.verl_ext.advantage import role_group_ids
+from envace.train.verl_ext.padding import pad_with_copies
 
 __all__ = [
     "AGREEMENT_METRIC",
@@ -327,6 +332,18 @@ class EnvaceTrainer(PPOTrainerSync):
         self._pending_save = None
         super()._save_checkpoint()
 
+    def _balance_batch(self, batch: Any, metrics: dict, *args: Any, **kwargs: Any) -> Any:
+        """With ``envace.batch_padding: copy``, the authors' padding by copies first
+        (:mod:`envace.train.verl_ext.padding`; logged as ``envace/padding/copied_rows``), then verl's."""
+        if self.batch_padding == "copy":
+            import numpy as np
+
+            seed = int(self.config.data.get("seed", None) or 0)
+            rng = np.random.default_rng([seed, int(self.global_steps), len(batch.keys)])
+            batch, copied = pad_with_copies(batch, self.padding_multiple, rng)
+            metrics["envace/padding/copied_rows"] = metrics.get("envace/padding/copied_rows", 0) + copied
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
+
     def _build_replay_buffer(self) -> Any:
         self.trainer_mode = "sync"  # see the module docstring: verl tests the name, not the class
         self.parameter_sync_step = self.config.trainer.v1.get("sync", {}).get("parameter_sync_step", 1)
@@ -334,6 +351,10 @@ class EnvaceTrainer(PPOTrainerSync):
 
     def __init__(self, config: Any) -> None:
         envace = config.get("envace", None) or {}
+        self.batch_padding = str(envace.get("batch_padding", "mask"))
+        if self.batch_padding not in ("copy", "mask"):
+            raise ValueError(f"envace.batch_padding must be copy or mask, got {self.batch_padding!r}")
+        self.padding_multiple = int(envace.get("padding_multiple", 1))
         self.min_agreement = float(envace.get("min_rollout_actor_corr", DEFAULT_MIN_AGREEMENT))
         self.max_prob_diff = float(envace.get("max_rollout_actor_prob_diff", DEFAULT_MAX_PROB_DIFF))
         if self.min_agreement > 0 and not config.actor_rollout_ref.rollout.get("calculate_log_probs", True):

@@ -76,6 +76,10 @@ def test_run_specific(composed):
         assert composed[r].envace.mode == "external_simulator"
         assert composed[r].envace.simulator.model == CFG["training"]["runs"][r]["simulator"]
     assert composed["envace_8b"].envace.mode == "rehearsal"
+    # the authors' padding: copies up to 8 rows per GPU of the run (their micro-batch x world size)
+    assert {r: (c.envace.batch_padding, c.envace.padding_multiple) for r, c in composed.items()} == {
+        "envace_8b": ("copy", 128), "envace_1p7b": ("copy", 64), "grpo_8b": ("copy", 128),
+        "grpo_1p7b": ("copy", 64), "per_role_8b": ("copy", 128)}
     assert composed["per_role_8b"].envace.roles == "per_role"
 
 
