@@ -270,6 +270,20 @@ class _Resources(dict):
             ["--gpus=5", "--cpus-per-gpu=8", "-t 2880"],
             ["--ntasks-per-gpu", "--nodes"],
         ),
+        # rules whose names the config makes (one per released checkpoint) get the profile's
+        # evaluate_released resources, not Snakemake's 1 GB and no time limit
+        (
+            "results/eval/envace_8b_released/tau2/seed0.jsonl",
+            "evaluate_released_envace_8b_released",
+            ["--gpus=5", "--cpus-per-gpu=8", "-t 2880", "--mem 128000"],
+            ["--ntasks-per-gpu", "--nodes"],
+        ),
+        (
+            "results/tts/released-parallel_n1_envace/tau2/seed0.jsonl",
+            "tts_evaluate_released",
+            ["--cpus-per-gpu=8", "-t 2880", "--mem 128000"],
+            ["--ntasks-per-gpu", "--nodes"],
+        ),
     ],
 )
 def test_rendered_sbatch_line(repo_root, target, rule, expected, absent):

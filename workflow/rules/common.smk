@@ -7,6 +7,8 @@ import os
 import shlex
 from pathlib import Path
 
+import yaml
+
 from envace.common.config import (
     complete_config,
     config_hash,
@@ -42,6 +44,16 @@ IS_SMOKE = CFG["scale"] == "smoke"
 TINY_MODEL = f"{MODELS_DIR}/tiny"
 # The cluster environment (used with `--sdm conda`); on CPU the project's .venv provides everything.
 CONDA_ENV = "../../environment.yml"
+WORKFLOW_PROFILE = (
+    Path(workflow.basedir) / "workflow" / "profiles" / "default" / "config.yaml"
+)
+
+
+def profile_resources(name):
+    """The `set-resources` entry `name` of the workflow profile, for rules whose names the config makes
+    (evaluate_released_<model>): a profile can only list names it knows. Snakemake still lets a profile
+    entry of the rule's own name override these."""
+    return yaml.safe_load(WORKFLOW_PROFILE.read_text())["set-resources"][name]
 
 
 # the splits rule ledger_records writes; world = the REHEARSE warm-start data

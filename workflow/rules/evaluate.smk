@@ -83,6 +83,11 @@ else:
             conda:
                 CONDA_ENV
             resources:
+                **(
+                    profile_resources("evaluate_released")
+                    if block.startswith("released_")
+                    else {}
+                ),
                 gpu=block_gpus(block_benchmarks),
             params:
                 config=RESOLVED_CONFIG,
