@@ -74,3 +74,21 @@ def test_train_cli_hands_over_to_verl_at_every_scale(repo_root, tmp_path, monkey
     assert main(argv) == 7
     scale = "paper" if config == "config.yaml" else "smoke"
     assert calls == [(scale, "grpo_8b", str(tmp_path / "ck"), str(tmp_path / "done.json"), None)]
+
+
+def test_plan_of_a_target_sums_the_slurm_reservation_of_its_jobs(repo_root, capsys, monkeypatch):
+    """`envace plan --target released`: Snakemake's own plan with the Slurm profile; per rule its jobs,
+    GPUs and time limit, no training job (the released weights are evaluated, never trained)."""
+    from envace.cli.plan import job_reservations
+
+    plan = ("[Sun]\nrule train:\n    resources: tmpdir=/tmp, nodes=2, gres=gpu:8, runtime=4320\n"
+            "[Sun]\nrule evaluate_x:\n    resources: mem_mb=1, gpu=5, runtime=120\n"
+            "[Sun]\nlocalrule report:\n    resources: tmpdir=/tmp\n")
+    assert job_reservations(plan) == [{"rule": "train", "gpus": 16, "hours": 72.0},
+                                      {"rule": "evaluate_x", "gpus": 5, "hours": 2.0}]
+    monkeypatch.chdir(repo_root)
+    assert main(["plan", "--target", "released"]) == 0
+    out = capsys.readouterr().out.split("# target released")[1]
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:] if line.strip()}
+    assert rows["evaluate_released_envace_8b_released"] == ["1", "5", "48", "240.0"]  # 8B + 30B simulator
+    assert "train" not in rows and float(rows["all"][1]) >= 480
