@@ -58,10 +58,12 @@ Rules where the paper is silent follow the authors' code by default; each has a 
   judge's cache, so the episode reward does not request them again (a failed verdict is remembered for
   one reuse, :meth:`Judge.verdict`). ``reference_match`` has no judge: its dialogue is never
   stopped by this rule. ``False``: every user turn is replayed (ours before).
-- ``judge_prompt`` (``"checklist_judge_v2"``): v2 shows the fields the authors' judge shows
+- ``judge_prompt`` (``"checklist_judge_v3"``): v3 shows the fields the authors' judge shows
   (``checklist_reward.py`` ``get_input_prompt_v2``): question, ``focus_on``, pass condition, failure
   examples, the items' ``evidence[].snippet`` s, the earlier turns and the current turn up to the judged
-  step; ``checklist_judge_v1`` (ours before) showed ``focus`` and the whole ``evidence``.
+  step, each assistant step as its reasoning, visible reply and tool calls (``get_messages_str_v2``);
+  ``checklist_judge_v2`` (ours before) shows a step's visible reply and calls only;
+  ``checklist_judge_v1`` showed ``focus`` and the whole ``evidence``.
 
 Verifiable reward (ours, used at smoke scale and in tests, :func:`reference_match_reward`): the F1 between
 the episode's tool calls in the first user turn and the example's reference calls, where a call with the
@@ -159,7 +161,7 @@ class RewardRules:
     turn_normaliser: Literal["checklist_turns", "reached_turns"] = "checklist_turns"
     # per_row on the verl path: the agent loop marks blank rows, EnvaceTrainer subtracts the penalty
     empty_response_penalty: Literal["per_row", "episode"] = "per_row"
-    judge_prompt: str = "checklist_judge_v2"
+    judge_prompt: str = "checklist_judge_v3"
     stop_on_required_failed: bool = True  # authors: a failed required_for_next_turn item ends the dialogue
 
     def __post_init__(self) -> None:

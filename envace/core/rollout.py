@@ -88,6 +88,7 @@ from envace.core.tools import (
     ToolCall,
     assistant_message,
     parse_tool_calls,
+    reasoning_text,
     render_chat,
     tool_message,
 )
@@ -268,6 +269,17 @@ def generation_roles(generation: Generation) -> np.ndarray:
     """Per-token :class:`TokenRole` of one row (prompt + response), shape ``(prompt_len + T,)``, int8."""
     role = TokenRole.ACT if generation.role == "act" else TokenRole.REHEARSE
     return _expand([(TokenRole.PROMPT, generation.prompt_len), (role, len(generation.response_ids))])
+
+
+def _with_reasoning(message: dict[str, Any], text: str) -> dict[str, Any]:
+    """``message`` with the reasoning of the output it was parsed from (``envace_reasoning``, the first
+    think block's text) where there is one: the parsed message keeps only the visible reply and the
+    calls, and the judge's step view (checklist_judge_v3) shows the reasoning too. Chat templates ignore
+    the key."""
+    reasoning = reasoning_text(text)
+    if reasoning is not None:
+        message["envace_reasoning"] = reasoning
+    return message
 
 
 class _Run:
@@ -467,7 +479,7 @@ class _Run:
                     return self._finish(Termination.ACT_PARSE_ERROR, turn + 1)
                 candidates = [CallCandidate(None, text, parsed.error)]
             elif not parsed.calls:
-                self.messages.append(assistant_message(parsed.final_answer or ""))
+                self.messages.append(_with_reasoning(assistant_message(parsed.final_answer or ""), text))
                 ended = await self._next_user_turn(turn + 1)
                 if ended is not None:
                     return self._finish(ended, turn + 1, parsed.final_answer)
@@ -475,7 +487,8 @@ class _Run:
                     return self._finish(Termination.CONTEXT_LIMIT, turn + 1, parsed.final_answer)
                 continue
             else:
-                self.messages.append(assistant_message(parsed.final_answer or "", parsed.calls))
+                message = assistant_message(parsed.final_answer or "", parsed.calls)
+                self.messages.append(_with_reasoning(message, text))
                 candidates = [CallCandidate(call, text) for call in parsed.calls]
             observations = []
             for candidate in candidates:

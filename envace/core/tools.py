@@ -60,6 +60,7 @@ __all__ = [
     "TOOL_CALL_OPEN",
     "TOOL_CALL_CLOSE",
     "strip_think",
+    "reasoning_text",
     "transcript",
     "MAX_JSON_DEPTH",
     "JSONProblem",
@@ -199,6 +200,14 @@ class ParsedOutput:
     calls: list[ToolCall] = field(default_factory=list)
     final_answer: str | None = None
     error: ParseError | None = None
+
+
+def reasoning_text(text: str) -> str | None:
+    """The body of the first complete ``<think>...</think>`` block of a model output, stripped of
+    surrounding whitespace; ``None`` without one. What the judge's step view shows as the step's
+    reasoning (``envace.train.judge.judge_transcript``)."""
+    found = find_block(text, THINK_OPEN, THINK_CLOSE)
+    return None if found is None else found.strip()
 
 
 def strip_think(text: str) -> str | None:

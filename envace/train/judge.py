@@ -34,13 +34,41 @@ from typing import Any, Literal
 from envace.common.openai_client import openai_client
 from envace.core.prompts import load_prompt
 from envace.core.reward import reward_rules_from_env
-from envace.core.tools import strip_think, transcript
+from envace.core.tools import reasoning_text, strip_think, transcript
 
 __all__ = ["FailurePolicy", "FAILURE_POLICIES", "JudgeConfig", "JudgeMetrics", "VERDICT_FORMAT",
-           "verdict_format", "judge_config_from_env", "parse_verdict", "ChecklistJudge"]
+           "verdict_format", "judge_config_from_env", "parse_verdict", "ChecklistJudge",
+           "judge_transcript"]
 
 FailurePolicy = Literal["fail", "skip_item", "drop_sample"]
 FAILURE_POLICIES: tuple[str, ...] = ("fail", "skip_item", "drop_sample")
+
+
+def judge_transcript(messages: list[dict[str, Any]], *, empty: str = "(empty)") -> str:
+    """The authors' judge view of a conversation (their ``get_messages_str_v2``; our layout): every
+    message under a ``[role]`` header, each assistant step as three fields, ``reasoning`` (its
+    ``envace_reasoning``, else the first think block of its text), ``visible reply`` (its text without
+    think blocks) and ``tool calls`` (JSON ``{"name", "arguments"}`` per call), each ``None`` when absent.
+    The authors show a message without a think block as all reasoning; with thinking on (their runs)
+    every message has one, and without it (ours at smoke scale) this view keeps the text as the reply."""
+    parts = []
+    for message in messages:
+        role = message.get("role", "?")
+        content = str(message.get("content") or "")
+        if role != "assistant":
+            parts.append(f"[{role}]\n{content}" if content else f"[{role}]")
+            continue
+        reasoning = message.get("envace_reasoning")
+        if reasoning is None:
+            reasoning = reasoning_text(content)
+        visible = strip_think(content)
+        visible = (content if visible is None else visible).strip()
+        calls = [tc.get("function", tc) for tc in message.get("tool_calls") or []]
+        calls_text = json.dumps([{"name": c.get("name"), "arguments": c.get("arguments")} for c in calls],
+                                ensure_ascii=False) if calls else "None"
+        parts.append(f"[assistant]\nreasoning: {reasoning or 'None'}\nvisible reply: {visible or 'None'}"
+                     f"\ntool calls: {calls_text}")
+    return "\n\n".join(parts) if parts else empty
 
 
 @dataclass
@@ -60,7 +88,7 @@ class JudgeConfig:
     backoff_s: float = 1.0  # ours; doubles per retry
     failure_policy: FailurePolicy = "fail"  # ours
     max_concurrency: int = 16  # ours
-    prompt_name: str = "checklist_judge_v2"  # RewardRules.judge_prompt; v1: ours before
+    prompt_name: str = "checklist_judge_v3"  # RewardRules.judge_prompt; v2, v1: ours before
     cache_path: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"chat_template_kwargs": {...}}
 
@@ -200,20 +228,23 @@ class ChecklistJudge:
         """The judge chat for one (step, item): ``history`` is everything before the step (system prompt,
         earlier turns, the current user message, the turn's earlier steps), ``step`` the assistant message
         and its tool results. v1 renders ``history`` whole; v2 splits it at the current turn's user
-        message into ``previous`` and ``turn_before_step`` (as the authors' judge does)."""
+        message into ``previous`` and ``turn_before_step`` (as the authors' judge does); v3 (its
+        ``step_view: reasoning``) renders every message with :func:`judge_transcript`."""
         failure = item.get("failure_examples") or []
         users = [i for i, m in enumerate(history) if m.get("role") == "user"]
         cut = users[-1] if users else len(history)
 
-        def render(messages: list[dict[str, Any]]) -> str:
-            return transcript(messages, call_prefix="tool call: ")
+        def render(messages: list[dict[str, Any]], empty: str = "(empty)") -> str:
+            if self.prompt.get("step_view") == "reasoning":  # v3: the authors' view of each step
+                return judge_transcript(messages, empty=empty)
+            return transcript(messages, call_prefix="tool call: ", empty=empty)
 
         user = self.prompt["user"].format(
             history=render(history),
             previous=render(history[:cut]),
             turn_before_step=render(history[cut:]),
             step_index=step_index,
-            step=transcript(step, call_prefix="tool call: ", empty=""),
+            step=render(step, empty=""),
             question=item["question"],
             focus=item.get("focus", item.get("focus_on", "")),
             focus_on=item.get("focus_on", item.get("focus", "")),

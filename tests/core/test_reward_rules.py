@@ -60,7 +60,7 @@ class _Completions:
         return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=content))])
 
 
-def _judge(prompt_name="checklist_judge_v2"):
+def _judge(prompt_name="checklist_judge_v3"):
     completions = _Completions()
     client = SimpleNamespace(chat=SimpleNamespace(completions=completions))
     config = JudgeConfig(base_url="http://unused", model="judge", max_concurrency=1, prompt_name=prompt_name)
@@ -277,7 +277,22 @@ def test_v2_prompt_renders_the_authors_fields():
     previous, current = user.split("# Current turn before the step")
     assert "OLD ANSWER" in previous and "weather in Paris" not in previous
     assert "weather in Paris" in current and "get_weather" in current  # the turn's earlier step
-    assert judge.prompt["version"] == "checklist_judge_v2"
+    assert judge.prompt["version"] == "checklist_judge_v3"
+
+
+def test_v3_shows_each_step_as_its_reasoning_visible_reply_and_calls() -> None:
+    """The authors' judge view (get_messages_str_v2): a thinking step's reasoning, kept by the rollout as
+    envace_reasoning, is shown beside its visible reply and its calls; v2 shows the reply and calls only."""
+    item = {"question": "Q?", "focus_on": "assistant.tool_calls", "pass_condition": "P", "weight": 1.0}
+    step = {**STEP1, "content": "Let me check.", "envace_reasoning": "The user wants Paris weather."}
+    v3, c3 = _judge()
+    checklist_reward([USER, step, OBS_OK, FINAL], [[item]], v3)
+    shown = c3.last["messages"][1]["content"]
+    assert "reasoning: The user wants Paris weather.\nvisible reply: Let me check.\ntool calls: [{" in shown
+    assert "reasoning: None\nvisible reply: " in shown  # the final answer: no think block
+    v2, c2 = _judge("checklist_judge_v2")
+    checklist_reward([USER, step, OBS_OK, FINAL], [[item]], v2)
+    assert "Paris weather" not in c2.last["messages"][1]["content"]
 
 
 def test_v1_prompt_and_cache_key_by_version():
@@ -337,9 +352,12 @@ def test_compute_score_rules_from_env(monkeypatch):
 def test_rules_config_round_trip_and_validation(repo_root):
     from envace.common.config import load_config
 
-    for name in ("config.yaml", "smoke.yaml"):
-        cfg = load_config(repo_root / "config" / name)
-        assert reward_rules_from_env(reward_rules_env(cfg)) == RewardRules()
+    assert reward_rules_from_env(reward_rules_env(load_config(repo_root / "config" / "config.yaml"))) \
+        == RewardRules()
+    # the smoke config's one difference: the judge's step view without its reasoning field (the smoke
+    # model does not think, so v3's reasoning would always be "None")
+    smoke = reward_rules_from_env(reward_rules_env(load_config(repo_root / "config" / "smoke.yaml")))
+    assert smoke == RewardRules(judge_prompt="checklist_judge_v2")
     assert reward_rules_from_env({}) == RewardRules()
     assert reward_rules_from_env({"ENVACE_REWARD_RULES": json.dumps({"turn_normaliser": "reached_turns"})}) \
         == RewardRules(turn_normaliser="reached_turns")

@@ -469,3 +469,13 @@ def test_replayed_user_turn_reaches_every_later_rehearsal(tokenizer, scripted) -
         assert seen == (name == "rehearsal_v2")
         assert "PRIVILEGED-REF" not in tokenizer.decode(traj.act_ids)
         assert "Bergen-XYZ" in tokenizer.decode(traj.act_ids)
+
+
+def test_a_parsed_step_keeps_its_reasoning_beside_the_reply(tokenizer, scripted) -> None:
+    """The ACT message holds the visible reply and the calls; the think block's text goes to
+    envace_reasoning (the judge's step view), and only where the output had one."""
+    traj = roll(scripted(["<think>\nCall the tool.\n</think>\n\n" + CALL, RESULT, "It is 4."]), tokenizer)
+    first, last = [m for m in traj.messages if m["role"] == "assistant"]
+    assert first["envace_reasoning"] == "Call the tool." and "<think>" not in first["content"]
+    assert first["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert "envace_reasoning" not in last and last["content"] == "It is 4."
