@@ -55,6 +55,8 @@ class Coupling:
 COUPLINGS: tuple[Coupling, ...] = (
     # --- the shared-policy trainer mode envace_sync (envace.train.verl_ext.trainer) ---
     Coupling(f"{_BASE}.__init__", "override", f"{_SHARED}.__init__", "6f938d77859b66ae"),
+    Coupling(f"{_BASE}._balance_batch", "override", f"{_SHARED}._balance_batch", "f9b6e887d7504a65",
+             "the authors' padding by copies first (batch_padding copy), then verl's own"),
     Coupling(f"{_BASE}._build_replay_buffer", "override", f"{_SHARED}._build_replay_buffer",
              "c6c5bd0783311ea3"),
     Coupling(f"{_BASE}._compute_advantage", "override", f"{_SHARED}._compute_advantage", "2a4a2aa4a475b228"),
@@ -79,7 +81,6 @@ COUPLINGS: tuple[Coupling, ...] = (
              "has no hook between the advantage and the update to split the batch by policy"),
     Coupling(f"{_BASE}.get_llm_client", "override", f"{_PER_ROLE}.get_llm_client", "7e11f82fc42a93df",
              "returns a client routing each role to its policy's servers (no super() call)"),
-    Coupling(f"{_BASE}._balance_batch", "calls", f"{_PER_ROLE}._step_once", "f9b6e887d7504a65"),
     Coupling(f"{_BASE}._compute_ref_log_prob", "calls", f"{_PER_ROLE}._step_once", "f4d69ef51b12c284"),
     Coupling(f"{_BASE}._compute_reward_colocate", "calls", f"{_PER_ROLE}._step_once", "f0092bcdfbd5baf7"),
     Coupling(f"{_BASE}.on_sample_begin", "calls", f"{_PER_ROLE}._step_once", "1a3689b13fa4bd54"),

@@ -51,7 +51,7 @@ def test_every_verl_member_our_classes_override_or_call_privately_is_listed(clas
     # the scan is not vacuous: it finds an override, a private call and the re-implemented step
     assert {("verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_advantage",
              "envace.train.verl_ext.trainer:EnvaceTrainer"),
-            ("verl.trainer.ppo.v1.trainer_base:PPOTrainer._balance_batch",
+            ("verl.trainer.ppo.v1.trainer_base:PPOTrainer._compute_reward_colocate",
              "envace.train.verl_ext.per_role_trainer:PerRoleTrainer"),
             ("verl.trainer.ppo.v1.trainer_base:PPOTrainer._step_once",
              "envace.train.verl_ext.per_role_trainer:PerRoleTrainer")} <= found
