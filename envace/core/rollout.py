@@ -384,8 +384,8 @@ class _Run:
                 return None
             params = {**self.config.rehearse_sampling, "response_format": SINGLE_CALL_FORMAT}
             params["max_tokens"] = min(int(params.get("max_tokens", budget)), budget)
-            outcome, why = None, ""
-            for _ in range(max(1, self.config.simulator_attempts)):
+            outcome, why, attempts = None, "", max(1, self.config.simulator_attempts)
+            for _ in range(attempts):
                 ids, logprobs = await self.rehearser.generate(list(context), params)
                 self.generations.append(Generation("rehearse", list(context), len(context), ids, logprobs,
                                                    turn, trainable=False, user_turn=self.user_turn))
@@ -393,7 +393,7 @@ class _Run:
                 if outcome is not None:
                     break
             if outcome is None:
-                outcome = failed_outcome(why, max(1, self.config.simulator_attempts))
+                outcome = failed_outcome(why, attempts)
         self.rehearsed.append((candidate.call, outcome))
         return outcome
 

@@ -26,6 +26,7 @@ anyway); the tool schema is the task's own (the authors look it up by the exampl
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
 
 from envace.core.prompts import load_prompt
@@ -60,6 +61,12 @@ RESPONSE_FORMAT: dict[str, Any] = {
 }
 
 
+@cache
+def _prompt() -> dict[str, Any]:
+    """The prompt file, read once per process (every simulated call uses it)."""
+    return load_prompt(PROMPT_NAME, required=_FIELDS)
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True)
 
@@ -68,7 +75,7 @@ def single_call_messages(call: ToolCall, registry: ToolRegistry,
                          references: list[dict[str, Any]]) -> list[dict[str, str]]:
     """The simulator's chat for one parsed ``call``: ``[system, user]``. ``references``: the example's
     ``{"call": {"name", "arguments"}, "response": ...}`` items, in order."""
-    text = load_prompt(PROMPT_NAME, required=_FIELDS)
+    text = _prompt()
     pairs = []
     for ref in references:
         ref_call = ref.get("call") or {}
