@@ -33,6 +33,7 @@ PINNED_VERL = "0.9.1"
 _BASE = "verl.trainer.ppo.v1.trainer_base:PPOTrainer"
 _SHARED = "envace.train.verl_ext.trainer:EnvaceTrainer"
 _PER_ROLE = "envace.train.verl_ext.per_role_trainer:PerRoleTrainer"
+_SYNC = "envace.train.verl_ext.weight_sync"
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,21 @@ COUPLINGS: tuple[Coupling, ...] = (
     Coupling("verl.workers.rollout.llm_server:LLMServerManager._initialize_llm_servers", "override",
              "envace.train.verl_ext.per_role_trainer:PolicyServerManager._initialize_llm_servers",
              "c862f5411a8828a8"),
+    # --- weight-sync sockets named per Ray cluster (envace.train.verl_ext.weight_sync, registered by name in
+    # envace.train.verl_ext.register) ---
+    Coupling("verl.workers.rollout.vllm_rollout.vllm_rollout:ServerAdapter.__init__", "override",
+             f"{_SYNC}:EnvaceServerAdapter.__init__", "b0daa53f7524e408",
+             "renames self.zmq_handle, built from the Ray job id (line 141)"),
+    Coupling("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMHttpServer.__init__", "override",
+             f"{_SYNC}:EnvaceHttpServer.__init__", "e2513f96827ff4c3",
+             "re-sets VERL_RAY_JOB_ID (line 143) before launch_server starts the vLLM workers"),
+    Coupling("verl.workers.rollout.vllm_rollout.vllm_async_server:vLLMReplica.__init__", "override",
+             f"{_SYNC}:EnvaceReplica.__init__", "a43756da3be14482", "replaces server_class"),
+    Coupling("verl.workers.rollout.vllm_rollout.utils:vLLMColocateWorkerExtension._get_zmq_handle",
+             "relies_on", f"{_SYNC}:EnvaceHttpServer.__init__", "b823b8e182a4ba01",
+             "the receiver's socket is named from $VERL_RAY_JOB_ID, the sender's format"),
+    Coupling("verl.workers.rollout.base:get_rollout_class", "relies_on", "envace.train.verl_ext.register",
+             "d0be5827f1214f04", "reads the private _ROLLOUT_REGISTRY, where envace's adapter is named"),
     # --- the agent loop envace_rehearsal (envace.train.verl_ext.agent_loop) ---
     Coupling("verl.experimental.agent_loop.agent_loop:AgentLoopBase.__init__", "override",
              "envace.train.verl_ext.agent_loop:EnvaceAgentLoop.__init__", "8d0c1cd056eaeeec"),

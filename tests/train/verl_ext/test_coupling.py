@@ -16,11 +16,12 @@ from envace.train.verl_ext.cpu import UnsupportedVersion
 @pytest.fixture(scope="module")
 def classes() -> list[type]:
     import envace.train.verl_ext.cpu.platform  # noqa: F401  (the CPU platform first, as in every verl process)
-    from envace.train.verl_ext import agent_loop, per_role_trainer, trainer
+    from envace.train.verl_ext import agent_loop, per_role_trainer, trainer, weight_sync
 
     return [trainer.EnvaceTrainer, per_role_trainer.PerRoleTrainer,
             per_role_trainer.OwnServerActorRolloutRefWorker, per_role_trainer.PolicyServerManager,
-            agent_loop.EnvaceAgentLoop]
+            agent_loop.EnvaceAgentLoop, weight_sync.EnvaceServerAdapter, weight_sync.EnvaceHttpServer,
+            weight_sync.EnvaceReplica]
 
 
 def test_every_listed_verl_member_is_unchanged(classes):
