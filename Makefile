@@ -67,8 +67,12 @@ smoke-released: $(STAMP)
 smoke-slurm: $(STAMP)
 	$(BIN)/snakemake --profile profiles/slurm-localhost $(SMOKE_ARGS) -- all
 
+# pytest in TEST_WORKERS processes (pytest-xdist): the suite's long tests (verl's main_ppo, vllm serve)
+# overlap the short ones; 2 on 2 cores (measured: docs/measurements.md). `make test TEST_WORKERS=0` runs
+# it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

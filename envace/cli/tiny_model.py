@@ -18,12 +18,16 @@ package, the torch and transformers versions and the pinned numerics (thread cou
 :mod:`envace.train.numerics`: a CPU SFT's float sums depend on both). The test suite builds through it,
 and CI points the smoke DAG at the same folder, so one CI run warm-starts the model once; ``make smoke``
 without the variable always builds. The done-file says whether the model came from the cache
-(``cache.hit``) and under which key.
+(``cache.hit``) and under which key. Two builds of one key at once (the test suite's parallel workers, a
+test run beside the smoke DAG) train it once: the key is locked (``DIR/tiny-<key>.lock``, ``flock``)
+while it is looked up and built, and the second build waits, then copies.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -33,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +139,25 @@ def _copy_whole(src: Path, dst: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _key_lock(cached: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock on the cache entry ``cached`` (none without a cache)."""
+    if cached is None:
+        yield
+        return
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with open(cached.with_name(cached.name + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"tiny-model: waiting for another build of {cached.name}", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _build_fresh(args: argparse.Namespace) -> dict[str, Any]:
     """:func:`_build` in a newly spawned interpreter: the numeric pins act only before a process's first
     tensor operation, and a caller (a test session, a notebook) may have run many."""
@@ -219,23 +243,24 @@ def run(args: argparse.Namespace) -> int:
     if args.cache:
         key = build_key(args)
         cached = Path(args.cache) / f"tiny-{key}"
-    if cached is not None and (cached / "build.json").is_file():
-        _copy_whole(cached, out)
-        info = json.loads((out / "build.json").read_text())
-        info.update(path=str(out), cache={"key": key, "hit": True, "folder": str(cached)})
-        for stage, done in zip(args.stages, info["warmstart"], strict=True):
-            done["data"] = list(stage.data)  # same bytes; the paths this build was given
-            for part, mixed in zip(stage.mix, done.get("mix", []), strict=True):
-                mixed["data"] = list(part.data)
-        print(f"tiny-model: copied the cached build {cached} (key {key}; no training)", flush=True)
-    else:
-        info = _build_fresh(args)
-        if cached is not None:
-            (out / "build.json").write_text(json.dumps(info, indent=1))
-            if not (cached / "build.json").is_file():  # another build of this key may have stored it
-                _copy_whole(out, cached)
-            info["cache"] = {"key": key, "hit": False, "folder": str(cached)}
-            print(f"tiny-model: stored the build in {cached}", flush=True)
+    with _key_lock(cached):
+        if cached is not None and (cached / "build.json").is_file():
+            _copy_whole(cached, out)
+            info = json.loads((out / "build.json").read_text())
+            info.update(path=str(out), cache={"key": key, "hit": True, "folder": str(cached)})
+            for stage, done in zip(args.stages, info["warmstart"], strict=True):
+                done["data"] = list(stage.data)  # same bytes; the paths this build was given
+                for part, mixed in zip(stage.mix, done.get("mix", []), strict=True):
+                    mixed["data"] = list(part.data)
+            print(f"tiny-model: copied the cached build {cached} (key {key}; no training)", flush=True)
+        else:
+            info = _build_fresh(args)
+            if cached is not None:
+                (out / "build.json").write_text(json.dumps(info, indent=1))
+                if not (cached / "build.json").is_file():  # another build of this key may have stored it
+                    _copy_whole(out, cached)
+                info["cache"] = {"key": key, "hit": False, "folder": str(cached)}
+                print(f"tiny-model: stored the build in {cached}", flush=True)
     atomic_write_json(args.done or out / "done.json", info, indent=1, end="", parents=True)
     print(f"tiny-model: wrote {out} ({info['parameters']:,} parameters, seed {args.seed})")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -185,8 +187,25 @@ def test_build_cache_hits_on_the_same_key_and_misses_on_another(tmp_path) -> Non
     assert again["warmstart"][0]["loss_first"] == first["warmstart"][0]["loss_first"]
     weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in "abc"]
     assert weights[0] == weights[1] != weights[2]
-    assert sorted(p.name for p in cache.iterdir()) == sorted(
+    assert sorted(p.name for p in cache.iterdir() if p.suffix != ".lock") == sorted(
         f"tiny-{d['cache']['key']}" for d in (first, other))  # no half-written folder left behind
+
+
+def test_two_builds_of_one_key_at_once_train_it_once(tmp_path) -> None:
+    """Two ``envace tiny-model --cache`` processes started together with the same inputs (the test
+    suite's parallel workers): one trains, the other waits for the key's lock and copies its build."""
+    data = str(Path(__file__).resolve().parents[1] / "data" / "cm2_fixture.jsonl")
+    stages = json.dumps([{"data": data, "steps": 2, "lr": 0.01}])
+    envace = str(Path(sys.executable).parent / "envace")
+    argv = [envace, "tiny-model", "--cache", str(tmp_path / "c"), "--warmstart", stages, "--seed", "0"]
+    procs = [subprocess.Popen([*argv, "--out", str(tmp_path / n)], stdout=subprocess.PIPE, text=True)
+             for n in "ab"]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    hits = sorted(json.loads((tmp_path / n / "done.json").read_text())["cache"]["hit"] for n in "ab")
+    assert hits == [False, True], logs
+    weights = [(tmp_path / n / "model.safetensors").read_bytes() for n in "ab"]
+    assert weights[0] == weights[1]
 
 
 def test_build_key_hashes_the_mix_data_bytes_not_their_paths(tmp_path) -> None:
