@@ -374,6 +374,7 @@ class RehearsalContext:
     history: list[dict[str, Any]]
     references: list[dict[str, Any]] = field(default_factory=list)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    think_switch: bool = False
     tokens: ChatTokens | None = field(default=None, init=False)
     _notes: list[tuple[CallCandidate, str] | dict[str, Any]] = field(default_factory=list, init=False)
 
@@ -406,16 +407,21 @@ class RehearsalContext:
         if self.tokens is None:
             messages = [
                 {"role": "system", "content": self.prompt.system()},
-                {"role": "user", "content": self.prompt.first_user(
-                    self.registry.tools, self.references, self.history, self._notes, candidate)},
+                {"role": "user", "content": self._user(self.prompt.first_user(
+                    self.registry.tools, self.references, self.history, self._notes, candidate))},
             ]
             self.tokens = ChatTokens(self.tokenizer, messages, template_kwargs=self.template_kwargs)
             self._notes.clear()
         else:
-            user = {"role": "user", "content": self.prompt.next_user(self._notes, candidate)}
+            user = {"role": "user", "content": self._user(self.prompt.next_user(self._notes, candidate))}
             self.tokens.append_messages([user])
             self._notes.clear()
         return self.tokens.ids
+
+    def _user(self, content: str) -> str:
+        """A user message's text; with :attr:`think_switch`, ending in a blank line and ``/think`` (the
+        authors' simulator prompt builder, ``SIM_APPEND_THINK_SWITCH``)."""
+        return content + "\n\n/think" if self.think_switch else content
 
     def record_response(self, response_ids: list[int]) -> None:
         """Append the generated reply ids to the context."""

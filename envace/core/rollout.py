@@ -185,6 +185,7 @@ class RolloutConfig:
     turn_cap: Literal["every_turn", "user_turn_end"] = EPISODE_DEFAULTS["turn_cap"]
     max_env_steps: int = EPISODE_DEFAULTS["max_env_steps"]  # with turn_cap="user_turn_end"
     rehearse_truncation: Literal["left", "none"] = EPISODE_DEFAULTS["rehearse_truncation"]
+    rehearse_think_switch: bool = EPISODE_DEFAULTS["rehearse_think_switch"]  # "/think" ends REHEARSE turns
     # external_simulator only: "rehearsal" = the rehearsal prompt in one growing chat (ours before);
     # "single_call" = the authors' caller-only simulator (envace.core.single_call), up to
     # simulator_attempts requests per call
@@ -328,6 +329,7 @@ class _Run:
             self.rehearse_ctx = RehearsalContext(
                 rehearse_tok, RehearsalPrompt(config.prompt_name), self.registry, list(messages),
                 list(references or []), dict(config.template_kwargs),
+                think_switch=config.rehearse_think_switch,
             )
 
     def _decode(self, tokens: ChatTokens, ids: list[int]) -> str:

@@ -25,7 +25,7 @@ FIELD = {"terminate_on_rehearsal_error": "terminate_on_rehearsal_error",
          "terminate_on_rehearsal_malformed": "terminate_on_rehearsal_malformed",
          "replay_user_turns": "replay_user_turns", "context_budget": "context_budget",
          "rehearsal_prompt": "prompt_name", "turn_cap": "turn_cap", "max_env_steps": "max_env_steps",
-         "rehearse_truncation": "rehearse_truncation"}
+         "rehearse_truncation": "rehearse_truncation", "rehearse_think_switch": "rehearse_think_switch"}
 
 
 def rules_of(config: RolloutConfig) -> dict[str, object]:

@@ -134,6 +134,22 @@ def test_context_prefix_stable_at_token_level(tokenizer) -> None:
     assert p3[len(p2) + len(reply)] == tokenizer.eos_token_id
 
 
+@pytest.mark.parametrize("switch", [False, True])
+def test_think_switch_ends_every_user_message(tokenizer, switch: bool) -> None:
+    """``think_switch`` (the authors' ``SIM_APPEND_THINK_SWITCH``): each REHEARSE user message, the first
+    and the later ones, ends in a blank line and ``/think``; without it no message has it."""
+    ctx = RehearsalContext(tokenizer, RehearsalPrompt(), ToolRegistry([WEATHER_TOOL]),
+                           [{"role": "user", "content": "hi"}], think_switch=switch)
+    first = tokenizer.decode(ctx.prompt_ids(cand("get_weather", {"city": "A"})))
+    ctx.record_response(tokenizer.encode("<execution_result>1</execution_result>", add_special_tokens=False))
+    both = tokenizer.decode(ctx.prompt_ids(cand("get_weather", {"city": "B"})))
+    later = both[len(first):]
+    assert first.count("/think") == later.count("/think") == (1 if switch else 0)
+    if switch:
+        assert '"A"' in first.split("/think")[0] and '"B"' in later.split("/think")[0]
+        assert "\n\n/think" in first
+
+
 def test_record_before_prompt_raises(tokenizer) -> None:
     ctx = RehearsalContext(tokenizer, RehearsalPrompt(), ToolRegistry([WEATHER_TOOL]), [])
     with pytest.raises(RuntimeError):

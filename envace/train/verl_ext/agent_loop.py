@@ -213,7 +213,8 @@ def rollout_config_from(
 
     ``max_turns`` / ``precheck`` / ``mode`` and the episode rules (``terminate_on_rehearsal_malformed``,
     ``terminate_on_rehearsal_error``, ``replay_user_turns``, ``context_budget``, ``rehearsal_prompt``,
-    ``turn_cap``, ``max_env_steps``, ``rehearse_max_tokens``, ``rehearse_truncation``; set by
+    ``turn_cap``, ``max_env_steps``, ``rehearse_max_tokens``, ``rehearse_truncation``,
+    ``rehearse_think_switch``; set by
     :mod:`envace.train.verl_ext.compose` from ``training.runs.<run>.episode``, a missing one taking
     :data:`envace.common.settings.EPISODE_DEFAULTS`) come from ``envace``;
     ``parameters_key`` from ``training.reward_rules`` (``ENVACE_REWARD_RULES``, the reward workers'
@@ -259,6 +260,7 @@ def rollout_config_from(
         turn_cap=str(rule("turn_cap")),
         max_env_steps=int(rule("max_env_steps")),
         rehearse_truncation=str(rule("rehearse_truncation")),
+        rehearse_think_switch=bool(rule("rehearse_think_switch")),
         simulator_protocol=str((envace_cfg.get("simulator") or {}).get("protocol", "rehearsal")),
         simulator_attempts=int((envace_cfg.get("simulator") or {}).get("attempts", 5)),
         parameters_key=reward_rules_from_env().parameters_key,  # training.reward_rules (ENVACE_REWARD_RULES)

@@ -111,6 +111,7 @@ def run_overrides(
         "envace.terminate_on_rehearsal_malformed": bool(ep["terminate_on_rehearsal_malformed"]),
         "envace.rehearse_max_tokens": int(ep["rehearse_max_tokens"]),
         "envace.rehearse_truncation": str(ep["rehearse_truncation"]),
+        "envace.rehearse_think_switch": bool(ep["rehearse_think_switch"]),
         "data.apply_chat_template_kwargs.enable_thinking": bool(ep["enable_thinking"]),
         "envace.replay_user_turns": bool(ep["replay_user_turns"]),
         "envace.context_budget": ep["context_budget"],
