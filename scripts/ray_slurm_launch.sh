@@ -2,7 +2,8 @@
 # Start Ray across a Slurm allocation, run one driver command on the head, tear this job's Ray down on exit.
 # Usage (inside sbatch): ray_slurm_launch.sh --nodes N --gpus-per-node G [--num-cpus C] [--python PY]
 #                        [--dry-run] -- CMD ARGS...
-# Checks before the driver starts: the allocation has N nodes and each node reports G GPUs to Ray.
+# Checks before the driver starts: the allocation has N nodes (else exit 3), the head answers (else exit 4),
+# and every node joins Ray with G GPUs within RAY_JOIN_TIMEOUT s (else exit 5, naming the missing nodes).
 # --num-cpus: logical CPUs each node offers Ray (default $SLURM_CPUS_ON_NODE); at CPU scale envace passes
 # more than the cores (verl's TaskRunner and TransferQueue actors each reserve one) and G fake GPUs.
 # The driver (CMD) joins this cluster through RAY_ADDRESS, so it must not pass num_cpus/num_gpus to
@@ -88,18 +89,33 @@ for h in "${HOSTS[@]:1}"; do
   start_step "${STEP[@]}" -w "$h" ray start --address="$ADDR" --num-cpus="$CPUS" --num-gpus="$GPUS" \
     "${PORTS[@]:2}" --temp-dir="$RAY_TMP" --disable-usage-stats --block
 done
-(( ${#HOSTS[@]} > 1 )) && sleep "${RAY_START_WAIT:-10}"
 export RAY_ADDRESS="$ADDR"
+# Every node joined, with its GPUs, within RAY_JOIN_TIMEOUT seconds (default 180), else exit 5 naming the
+# nodes Ray does not see (matched by host name) and the head's address they must reach.
 if [[ $DRY -eq 0 ]]; then
-  python - "$NODES" "$GPUS" <<'PY'
-import sys, ray
-nodes, gpus = int(sys.argv[1]), int(sys.argv[2])
-ray.init(address="auto")
-alive = [n for n in ray.nodes() if n["Alive"]]
-total = sum(n["Resources"].get("GPU", 0) for n in alive)
+  python - "$NODES" "$GPUS" "${RAY_JOIN_TIMEOUT:-180}" "$ADDR" "$RAY_TMP" "${HOSTS[@]}" <<'PY' || exit 5
+import sys, time, ray
+nodes, gpus, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+addr, tmp, hosts = sys.argv[4], sys.argv[5], sys.argv[6:]
+ray.init(address="auto", logging_level="ERROR")
+deadline = time.monotonic() + timeout
+while True:
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    total = sum(n["Resources"].get("GPU", 0) for n in alive)
+    if len(alive) >= nodes or time.monotonic() > deadline:
+        break
+    time.sleep(2)
 ray.shutdown()
+listed = ", ".join(f"{n.get('NodeManagerHostname', '?')} ({n['NodeManagerAddress']}, {n['Resources'].get('GPU', 0):g} GPUs)"
+                   for n in alive)
+print(f"ray_slurm_launch: Ray nodes: {listed}", file=sys.stderr)
 if len(alive) != nodes or total != nodes * gpus:
-    sys.exit(f"ray_slurm_launch: Ray sees {len(alive)} nodes / {total} GPUs, expected {nodes} / {nodes * gpus}")
+    seen = {n.get("NodeManagerHostname", "").split(".")[0] for n in alive}
+    missing = [h for h in hosts if h.split(".")[0] not in seen] or ["(by host name: none)"]
+    sys.exit(f"ray_slurm_launch: after {timeout:.0f} s Ray sees {len(alive)} of {nodes} nodes and {total:g} of "
+             f"{nodes * gpus} GPUs; not joined: {', '.join(missing)}. Each node must reach the head at {addr} "
+             f"(GCS port {addr.rsplit(':', 1)[1]}); their ray start output is in this job's log, Ray's logs "
+             f"under {tmp}/session_latest/logs")
 PY
 fi
 run "$@"

@@ -50,14 +50,16 @@ def warm_tiny_model(tmp_path_factory) -> Path:
 
 
 #: markers whose tests run only when a ``-m`` expression names them
-OPT_IN = ("learning", "network")
+OPT_IN = ("learning", "network", "two_nodes")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The ledger learning test (``tests/learning``, marker ``learning``, ~60 min) and the tests that
-    resolve installs on PyPI (marker ``network``, minutes) run only when a ``-m`` expression names their
-    marker (``pytest -m learning tests/learning``, ``pytest -m network``): ``pytest`` (``make test``),
-    ``-m slow`` and ``-m "not slow"`` leave them out."""
+    """The ledger learning test (``tests/learning``, marker ``learning``, ~60 min), the tests that
+    resolve installs on PyPI (marker ``network``, minutes) and the two-node trainings (``tests/cluster``,
+    marker ``two_nodes``: a two-node Slurm on this machine, ~25 min) run only when a ``-m`` expression
+    names their marker (``pytest -m learning tests/learning``, ``pytest -m network``, ``pytest -m
+    two_nodes tests/cluster``): ``pytest`` (``make test``), ``-m slow`` and ``-m "not slow"`` leave them
+    out."""
     named = config.getoption("markexpr") or ""
     skipped = [m for m in OPT_IN if m not in named]
     dropped = [item for item in items if any(m in item.keywords for m in skipped)]

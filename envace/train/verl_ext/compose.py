@@ -18,6 +18,8 @@ rehearse_n_gpus_per_node`` (the REHEARSE policy).
 Smoke scale (``gpus_per_node: 0``): the same composition plus the CPU platform's overrides
 (``config/_cpu_overrides.yaml``: FSDP2, sdpa, no sleep mode, ...) and one fake Ray GPU per policy
 (verl's CPU platform, :mod:`envace.train.verl_ext.cpu`); the run's own values still come from ``config.yaml``.
+The run's ``nodes`` hold (:func:`cpu_layout`): ``nodes: 2`` is two Slurm nodes of one fake GPU each (the
+per-role run: one policy per node), as on a cluster.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from envace.common.settings import training_loggers
 from envace.train.verl_ext.padding import AUTHORS_ROWS_PER_GPU
 from envace.train.verl_ext.per_role import split_nodes
 
-__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides",
+__all__ = ["CONFIG_DIR", "RUN_FILES", "run_config_name", "run_overrides", "cpu_overrides", "cpu_layout",
            "compose"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
@@ -133,8 +135,7 @@ def run_overrides(
         o["envace.simulator.attempts"] = int(r.get("simulator_attempts", 5))
     cpu = int(r["gpus_per_node"]) == 0
     if cpu:  # smoke scale: verl's CPU platform (envace.train.verl_ext.cpu), one fake Ray GPU per policy
-        o["trainer.nnodes"] = 1
-        o["trainer.n_gpus_per_node"] = 2 if r.get("roles") == "per_role" else 1
+        o["trainer.nnodes"], o["trainer.n_gpus_per_node"] = cpu_layout(r)
     if r.get("roles") == "per_role":  # nodes x gpus_per_node = both policies' pools (per_role.split_nodes)
         split = split_nodes(o["trainer.nnodes"], o["trainer.n_gpus_per_node"])
         o["trainer.nnodes"] = split["act_nnodes"]
@@ -151,8 +152,7 @@ def run_overrides(
         # grows to hold this run's longest row
         tok = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
         o[tok] = max(int(o[tok]), int(r["max_prompt_tokens"]) + int(r["max_response_tokens"]))
-        fake_gpus = 2 if r.get("roles") == "per_role" else 1
-        o["+ray_kwargs.ray_init.num_gpus"] = fake_gpus
+        o["+ray_kwargs.ray_init.num_gpus"] = cpu_layout(r)[1]  # per node (the launcher's --gpus-per-node)
     if checkpoint_dir is not None:
         o["trainer.default_local_dir"] = checkpoint_dir
         o["trainer.resume_mode"] = "auto"
@@ -160,6 +160,17 @@ def run_overrides(
         o["data.train_files"] = train_files
         o["data.val_files"] = val_files or train_files
     return [f"{k}={_fmt(v)}" for k, v in o.items()]
+
+
+def cpu_layout(run: Mapping[str, Any]) -> tuple[int, int]:
+    """``(nodes, fake GPUs per node)`` of a CPU run (``gpus_per_node: 0``): one fake GPU per policy, on
+    the run's ``nodes``. One node: 1 (2 for a per-role run, one per policy); more nodes: 1 per node, so
+    a per-role run on 2 nodes puts each policy on its own node."""
+    nodes = int(run["nodes"])
+    if run.get("roles") == "per_role" and nodes not in (1, 2):
+        raise ValueError("a per-role CPU run trains one policy per fake GPU: nodes must be 1 or 2, "
+                         f"not {nodes}")
+    return nodes, (2 if run.get("roles") == "per_role" and nodes == 1 else 1)
 
 
 def cpu_overrides() -> dict[str, Any]:

@@ -16,8 +16,10 @@ cannot be split evenly exits 1 with the reason; missing training data exits 4.
 Verified on CPU: the command line, the environment and the step check (tests/train/verl_ext); the whole
 driver on verl's CPU platform and under Slurm at one node through the launcher (``make smoke-slurm``: train
 jobs side by side on one node, each with its own Ray; in CI the per-role job is ``scancel``-ed after its
-first checkpoint and resumes, ``benchmarks/faults.py``). More than one node: a dry run only
-(tests/train/verl_ext/test_launch.py).
+first checkpoint and resumes, ``benchmarks/faults.py``); across two Slurm nodes on one machine (network
+namespaces, ``scripts/slurm_localhost.sh start --nodes 2``): the shared and the per-role run, cancelled
+and resumed (``tests/cluster/test_two_nodes.py``, opt-in). A CPU run's ``nodes`` hold
+(:func:`envace.train.verl_ext.compose.cpu_layout`); more than one is refused outside Slurm.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 from envace.common.atomic import atomic_write_json, atomic_write_text
 from envace.common.config import run_reward
 from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNUSABLE
-from envace.train.verl_ext.compose import CONFIG_DIR, run_config_name, run_overrides
+from envace.train.verl_ext.compose import CONFIG_DIR, cpu_layout, run_config_name, run_overrides
 
 __all__ = ["build_command", "build_env", "last_step", "launch", "merge_metrics", "service_models", "services"]
 
@@ -75,6 +77,10 @@ def build_command(
     # folder and teardown (scripts/ray_slurm_launch.sh); outside Slurm verl starts its own local Ray.
     if os.environ.get("SLURM_JOB_ID"):
         argv = ray_slurm_command(argv, spec)
+    elif int(spec["gpus_per_node"]) == 0 and cpu_layout(spec)[0] > 1:
+        raise ValueError(f"nodes: {spec['nodes']} on the CPU platform needs a Slurm allocation of "
+                         "that many nodes (verl's local Ray has one); on this machine: "
+                         "scripts/slurm_localhost.sh start --nodes 2, then sbatch --nodes 2 ... envace train")
     return argv
 
 
@@ -97,7 +103,7 @@ def ray_slurm_command(driver: list[str], spec: Mapping[str, Any]) -> list[str]:
     cpu = int(spec["gpus_per_node"]) == 0
     gpus = given.get(RAY_INIT_OVERRIDES[1], "1") if cpu else str(spec["gpus_per_node"])
     cpus = ["--num-cpus", given[RAY_INIT_OVERRIDES[0]]] if RAY_INIT_OVERRIDES[0] in given else []
-    nodes = "1" if cpu else str(spec["nodes"])
+    nodes = str(cpu_layout(spec)[0] if cpu else spec["nodes"])
     return ["bash", str(SLURM_SCRIPT), "--nodes", nodes, "--gpus-per-node", gpus, *cpus,
             "--python", sys.executable, "--", *driver]
 
@@ -142,7 +148,7 @@ def build_env(
         from envace.train.verl_ext.cpu import cpu_env
 
         spec = cfg["training"]["runs"][run]
-        env.update(cpu_env(n_fake_gpus=2 if spec.get("roles") == "per_role" else 1))
+        env.update(cpu_env(n_fake_gpus=cpu_layout(spec)[1]))
     env.setdefault("HYDRA_FULL_ERROR", "1")
     return env
 

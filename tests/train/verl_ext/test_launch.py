@@ -54,6 +54,25 @@ def test_cpu_run_in_slurm_gives_ray_init_values_to_the_launcher(monkeypatch):
     assert argv[sep + 1:] == [a for a in local if not a.startswith(L.RAY_INIT_OVERRIDES)]
 
 
+@pytest.mark.parametrize(("run", "per_node"), [("envace_8b", 1), ("per_role_8b", 1)])
+def test_cpu_run_on_two_nodes(monkeypatch, run, per_node):
+    """``nodes: 2`` on the CPU platform: two Slurm nodes of one fake GPU each (the per-role run: one
+    policy per node); outside Slurm it is refused with the reason, before anything starts."""
+    smoke = load_config("config/smoke.yaml")
+    smoke["training"]["runs"][run]["nodes"] = 2
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    argv = L.build_command(smoke, run, "/ck")
+    sep = argv.index("--")
+    assert argv[2:6] == ["--nodes", "2", "--gpus-per-node", str(per_node)]
+    assert "trainer.nnodes=" + ("1" if run == "per_role_8b" else "2") in argv[sep:]
+    assert "trainer.n_gpus_per_node=1" in argv[sep:]
+    if run == "per_role_8b":
+        assert "envace.per_role.rehearse_nnodes=1" in argv[sep:]
+    monkeypatch.delenv("SLURM_JOB_ID")
+    with pytest.raises(ValueError, match="needs a Slurm allocation"):
+        L.build_command(smoke, run, "/ck")
+
+
 def test_env_adds_external_module():
     env = L.build_env({"VERL_USE_EXTERNAL_MODULES": "other"})
     assert env["VERL_USE_EXTERNAL_MODULES"] == "other,envace.train.verl_ext.register"
@@ -177,7 +196,6 @@ def fake_slurm(tmp_path):
         "SLURM_JOB_NODELIST": "n[1-2]",
         "SLURM_JOB_ID": "307",
         "SLURM_CPUS_ON_NODE": "16",
-        "RAY_START_WAIT": "0",
     }
 
 
