@@ -56,7 +56,7 @@ OPT_IN = ("learning", "network", "two_nodes")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The ledger learning test (``tests/learning``, marker ``learning``, ~60 min), the tests that
     resolve installs on PyPI (marker ``network``, minutes) and the two-node trainings (``tests/cluster``,
-    marker ``two_nodes``: a two-node Slurm on this machine, ~25 min) run only when a ``-m`` expression
+    marker ``two_nodes``: a two-node Slurm on this machine, ~16 min) run only when a ``-m`` expression
     names their marker (``pytest -m learning tests/learning``, ``pytest -m network``, ``pytest -m
     two_nodes tests/cluster``): ``pytest`` (``make test``), ``-m slow`` and ``-m "not slow"`` leave them
     out."""

@@ -4,7 +4,7 @@ Needs the two-node Slurm of ``scripts/slurm_localhost.sh start --nodes 2`` (root
 ``envace-n1`` / ``envace-n2`` in partition ``two``, each a ``slurmd`` in its own network namespace, host
 name and ``/tmp``, talking TCP between 10.199.0.1 and 10.199.0.2 (the rest of the file system and the CPUs
 are this machine's: the inputs and checkpoints live under ``.cache/two_nodes/``, shared as on a cluster).
-Opt-in (marker ``two_nodes``; ~25 min on 2 cores): ``.venv/bin/python -m pytest -m two_nodes tests/cluster``.
+Opt-in (marker ``two_nodes``; ~16 min on 2 cores): ``.venv/bin/python -m pytest -m two_nodes tests/cluster``.
 
 Each training is the cluster's own path at smoke size: ``sbatch -N 2`` runs ``envace train``, which goes
 through ``scripts/ray_slurm_launch.sh`` (Ray head on the first node, a Ray worker on the second, both
@@ -15,7 +15,8 @@ one policy per node); every step logged once, rollout-vs-actor agreement >= 0.99
 every step (``benchmarks/check_smoke_training.py``); ``scancel`` after the first checkpoint, then a
 resume from it; and after every job no Ray or vLLM process is left in either node's namespace. Failure
 paths: a worker node that cannot reach the head ends the job within the join wait (exit 5, naming the
-node and the port).
+node and the port); a node whose Ray dies mid-run fails the job, leaving nothing running on either
+node.
 """
 
 from __future__ import annotations
@@ -265,4 +266,21 @@ def test_a_worker_node_that_cannot_reach_the_head_ends_the_job_naming_it(inputs:
     assert Path(f"{log}.rc").read_text().strip() != "0"
     assert re.search(r"not joined: envace-n2\. Each node must reach the head at \S+:(\d+) \(GCS port \1\)",
                      text), text[-4000:]
+    _gone_after(job)
+
+
+def test_a_node_whose_ray_dies_mid_run_fails_the_job_and_leaves_nothing(inputs: dict[str, Any]) -> None:
+    """After the first checkpoint, envace-n2's raylet is killed (SIGKILL): the job fails (non-zero exit,
+    within the job timeout), and no Ray, vLLM or verl process is left on either node."""
+    log = inputs["tmp"] / "attempts" / "ray_dies.log"
+    latest = inputs["tmp"] / "checkpoints" / "ray_dies" / "latest_checkpointed_iteration.txt"
+    job = _submit(inputs, "envace_8b", log, name="ray_dies")
+    state = _wait(job, until=lambda: latest.is_file() and int(latest.read_text().strip() or 0) >= 1)
+    assert state == "RUNNING", f"job {job} ended ({state}) before its first checkpoint"
+    raylets = [pid for pid, cmd in _processes("envace-n2") if "/raylet/raylet" in cmd]
+    assert raylets, _processes("envace-n2")
+    for pid in raylets:
+        os.kill(int(pid), 9)
+    _wait(job, timeout=900)
+    assert Path(f"{log}.rc").read_text().strip() != "0", log.read_text(errors="replace")[-4000:]
     _gone_after(job)
