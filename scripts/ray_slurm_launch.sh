@@ -106,8 +106,8 @@ while True:
         break
     time.sleep(2)
 ray.shutdown()
-listed = ", ".join(f"{n.get('NodeManagerHostname', '?')} ({n['NodeManagerAddress']}, {n['Resources'].get('GPU', 0):g} GPUs)"
-                   for n in alive)
+listed = ", ".join(f"{n.get('NodeManagerHostname', '?')} ({n['NodeManagerAddress']}, "
+                   f"{n['Resources'].get('GPU', 0):g} GPUs)" for n in alive)
 print(f"ray_slurm_launch: Ray nodes: {listed}", file=sys.stderr)
 if len(alive) != nodes or total != nodes * gpus:
     seen = {n.get("NodeManagerHostname", "").split(".")[0] for n in alive}

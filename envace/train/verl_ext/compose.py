@@ -135,7 +135,8 @@ def run_overrides(
         o["envace.simulator.attempts"] = int(r.get("simulator_attempts", 5))
     cpu = int(r["gpus_per_node"]) == 0
     if cpu:  # smoke scale: verl's CPU platform (envace.train.verl_ext.cpu), one fake Ray GPU per policy
-        o["trainer.nnodes"], o["trainer.n_gpus_per_node"] = cpu_layout(r)
+        nodes, fake_gpus = cpu_layout(r)
+        o["trainer.nnodes"], o["trainer.n_gpus_per_node"] = nodes, fake_gpus
     if r.get("roles") == "per_role":  # nodes x gpus_per_node = both policies' pools (per_role.split_nodes)
         split = split_nodes(o["trainer.nnodes"], o["trainer.n_gpus_per_node"])
         o["trainer.nnodes"] = split["act_nnodes"]
@@ -152,7 +153,7 @@ def run_overrides(
         # grows to hold this run's longest row
         tok = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
         o[tok] = max(int(o[tok]), int(r["max_prompt_tokens"]) + int(r["max_response_tokens"]))
-        o["+ray_kwargs.ray_init.num_gpus"] = cpu_layout(r)[1]  # per node (the launcher's --gpus-per-node)
+        o["+ray_kwargs.ray_init.num_gpus"] = fake_gpus  # per node (the launcher's --gpus-per-node)
     if checkpoint_dir is not None:
         o["trainer.default_local_dir"] = checkpoint_dir
         o["trainer.resume_mode"] = "auto"

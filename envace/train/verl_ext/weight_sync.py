@@ -45,20 +45,22 @@ def qualified_job_id(job_id: str, session_name: str) -> str:
     return f"{job_id}-{hashlib.sha256(session_name.encode('utf-8')).hexdigest()[:8]}"
 
 
-def cluster_job_id() -> str:
-    """This process's Ray job id, qualified by its Ray cluster's session (same in every process of one
-    training, different between two clusters)."""
+def cluster_job_id() -> tuple[str, str]:
+    """This process's Ray job id, and that id qualified by its Ray cluster's session (the same in every
+    process of one training, different between two clusters)."""
     ctx = ray.get_runtime_context()
-    return qualified_job_id(ctx.get_job_id(), ctx.get_session_name())
+    job_id = ctx.get_job_id()
+    return job_id, qualified_job_id(job_id, ctx.get_session_name())
 
 
 class EnvaceServerAdapter(ServerAdapter):
-    """verl's vLLM rollout adapter whose weight-sync socket carries :func:`cluster_job_id`."""
+    """verl's vLLM rollout adapter whose weight-sync socket carries the qualified id of
+    :func:`cluster_job_id`."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        job_id = ray.get_runtime_context().get_job_id()
-        old, new = f"-{job_id}-replica-", f"-{cluster_job_id()}-replica-"
+        job_id, qualified = cluster_job_id()
+        old, new = f"-{job_id}-replica-", f"-{qualified}-replica-"
         if old not in self.zmq_handle:
             raise RuntimeError(f"verl's weight-sync socket {self.zmq_handle!r} no longer has the form "
                                f"'...{old}...' (vllm_rollout.py:141 in verl 0.9.1); update "
@@ -67,11 +69,12 @@ class EnvaceServerAdapter(ServerAdapter):
 
 
 class EnvaceHttpServer(vLLMHttpServer):
-    """verl's vLLM server actor; its vLLM workers read :func:`cluster_job_id` as ``VERL_RAY_JOB_ID``."""
+    """verl's vLLM server actor; its vLLM workers read the qualified id of :func:`cluster_job_id` as
+    ``VERL_RAY_JOB_ID``."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        os.environ["VERL_RAY_JOB_ID"] = cluster_job_id()
+        os.environ["VERL_RAY_JOB_ID"] = cluster_job_id()[1]
 
 
 class EnvaceReplica(vLLMReplica):
