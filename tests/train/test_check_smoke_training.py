@@ -246,7 +246,7 @@ def test_learning_check_wants_every_listed_model_to_rise(tmp_path):
 def test_config_files_merge_as_snakemake_merges_them():
     cfg = merge_config_files([ROOT / "config/smoke.yaml", ROOT / "config/smoke_ledger.yaml"])
     runs = cfg["training"]["runs"]
-    assert runs["envace_8b"]["total_steps"] == 15 and runs["envace_8b"]["roles"] == "shared"  # merged keys
+    assert runs["envace_8b"]["total_steps"] == 10 and runs["envace_8b"]["roles"] == "shared"  # merged keys
     assert runs["per_role_8b"]["roles"] == "per_role" and runs["envace_8b_seed2"]["seed"] == 2
     assert cfg["report"]["learning"]["models"] == ["envace_8b", "envace_1p7b", "envace_8b_seed2"]
     assert cfg["evaluation"]["episode"]["turn_cap"] == "every_turn"  # kept from smoke.yaml
