@@ -179,6 +179,15 @@ def test_a_checklist_reward_run_shows_its_judge_verdicts(tmp_path, capsys):
     _write(tmp_path, "grpo_8b", [_row(n, **corr, **judged) for n in (1, 2, 3)], SERVED)
     assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == []
     assert "grpo_8b: checklist reward: 18 judge verdicts over 3 steps, 3 failed" in capsys.readouterr().out
+    flat = {"critic/score/max": 1.0, "critic/score/min": 1.0}  # the judge passed every item of every rollout
+    _write(tmp_path, "grpo_8b", [_row(n, **corr, **judged, **flat) for n in (1, 2, 3)], SERVED)
+    only_dag = ["every batch of every run held equal rewards (no GRPO update had a non-zero advantage)"]
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == only_dag
+    assert "grpo_8b: every reward equal (1.000): the judge's verdicts did not vary" in capsys.readouterr().out
+    runs = {"grpo_8b": GRPO}  # the same flat rewards from a verifiable reward fail
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [
+        "grpo_8b: every reward equal (1.000) at every step", *only_dag]
+    runs = {"grpo_8b": {**GRPO, "reward": "checklist"}}
     _write(tmp_path, "grpo_8b", [_row(n, **corr) for n in (1, 2, 3)], SERVED)  # no judge ran
     assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [
         "grpo_8b: trained with the checklist reward but the judge gave no verdict (0 asked, 0 failed; "
