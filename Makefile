@@ -69,10 +69,11 @@ smoke-slurm: $(STAMP)
 
 # pytest in TEST_WORKERS processes (pytest-xdist): the suite's long tests (verl's main_ppo, vllm serve)
 # overlap the short ones; 2 on 2 cores (measured: docs/measurements.md). `make test TEST_WORKERS=0` runs
-# it in one process.
+# it in one process. worksteal: an idle worker takes queued tests from the other (the slow ones run
+# first: tests/conftest.py); it prints the 15 slowest items (where the 10-min budget goes).
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
