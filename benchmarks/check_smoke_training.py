@@ -27,7 +27,7 @@ got its observations from a simulator that ``envace train`` served with ``vllm s
 the checklist reward (the paper's; ``reward`` of the run or ``training.reward``) logged judge verdicts
 (``envace/judge/verdicts``), more than failed ones, and prints them with the failures; every other run
 had some reward spread (the tiny judge's verdicts are near-constant: a checklist run's rewards may all be
-equal, measured both ways at smoke scale). Of the DAG: some
+equal; at smoke scale they were 0 to 1 in some runs, all 1.0 in others). Of the DAG: some
 step of some run had advantages of both signs and a non-zero gradient (a GRPO update happened), and each
 Figure 5 checkpoint evaluation served that checkpoint's weights (``global_step_N`` and vLLM in its
 manifests).

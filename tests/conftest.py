@@ -59,9 +59,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marker ``two_nodes``: a two-node Slurm on this machine, ~16 min) run only when a ``-m`` expression
     names their marker (``pytest -m learning tests/learning``, ``pytest -m network``, ``pytest -m
     two_nodes tests/cluster``): ``pytest`` (``make test``), ``-m slow`` and ``-m "not slow"`` leave them
-    out. The ``slow`` tests (a real ``main_ppo`` or ``vllm serve``) go first, in their collected order:
-    under ``pytest -n 2 --dist worksteal`` (``make test``) the two workers start on them and the short
-    tests fill the gaps, instead of one long test starting last while the other worker idles."""
+    out. The tests marked ``slow`` go first, in their collected order (today one: the per-role guard's
+    ``main_ppo`` run, the suite's longest item): under ``pytest -n 2 --dist worksteal`` (``make test``) it
+    starts at once and the other worker takes the short tests, instead of it starting last while the
+    other worker idles."""
     named = config.getoption("markexpr") or ""
     skipped = [m for m in OPT_IN if m not in named]
     dropped = [item for item in items if any(m in item.keywords for m in skipped)]
