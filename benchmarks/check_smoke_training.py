@@ -240,7 +240,8 @@ def check_learning(diff_file: Path, spec: dict | None) -> list[str]:
     for e in entries:
         ci = (f"{e['point']:+.1f} [{e['ci_low']:+.1f}, {e['ci_high']:+.1f}]" if e.get("ci_low") is not None
               else "no interval (" + ", ".join(e.get("missing", [])) + ")")
-        print(f"learning: {e['model']} (training seed {e.get('training_seed')}) on {e['benchmark']}: "
+        avg = f", Avg@{len(e['seeds'])}" if e.get("seeds") else ""
+        print(f"learning: {e['model']} (training seed {e.get('training_seed')}) on {e['benchmark']}{avg}: "
               f"base {e.get('base')}, trained {e.get('trained')}, trained - base {ci}: {e['status']}")
         if e["status"] != "RISES":
             problems.append(f"{e['model']} on {e['benchmark']}: {e['status']} (trained - base {ci})")

@@ -165,8 +165,15 @@ def test_one_job_plan_serves_each_weight_folder_once(repo_root, scratch):
     assert sum("fidelity_results" in i for i in plan) == 4  # (qwen3_8b, envace_8b) x (bfcl_v4, ledger)
     envace = [i for i in plan if i["model"] == "envace_8b"]
     assert [("tts_setting" in i, "fidelity_results" in i) for i in envace] == [
-        (False, False), (True, False), (False, True), (False, True)]
-    assert "ledger" in envace[0]["benchmark"]
+        (False, False), (False, False), (True, False), (False, True), (False, True)]
+    # the learning check's models run the ledger with its seeds (report.learning.seeds: Avg@4), the
+    # other benchmarks and models with the tables' seeds (Avg@2)
+    assert [(i["benchmark"], i["seed"]) for i in envace[:2]] == [(["bfcl_v4", "tau2", "finmcp"], [0, 1]),
+                                                                 (["ledger"], [0, 1, 2, 3])]
+    seeds = {(i["model"], b): i["seed"] for i in plan if "benchmark" in i and "tts_setting" not in i
+             for b in i["benchmark"]}
+    assert seeds["qwen3_8b", "ledger"] == seeds["envace_8b_seed2", "ledger"] == [0, 1, 2, 3]
+    assert seeds["grpo_8b", "ledger"] == seeds["qwen3_8b", "bfcl_v4"] == [0, 1]
 
 
 def test_ledger_overlay_is_the_same_dag_on_the_ledger(repo_root, scratch):

@@ -125,6 +125,11 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
         table1 = cfg["evaluation"]["table1"]["models"]
         for mid in [learning["base"], *learning["models"]]:
             need("Table 1 model", mid, table1, "report.learning")
+        extra = set(learning.get("seeds", [])) - set(cfg["seeds"])
+        if extra and not cfg["evaluation"].get("one_job", False):
+            raise ConfigError(f"{source}: 'report.learning.seeds' adds seeds {sorted(extra)} beyond "
+                              "'seeds', which only the one-job evaluation runs (set 'evaluation.one_job: "
+                              "true', or list only seeds of 'seeds')")
     fidelity = cfg["report"].get("fidelity", {})
     for mid in fidelity.get("models", []):
         need("model", mid, models, "report.fidelity.models")
@@ -371,6 +376,24 @@ def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     swap = released_models(cfg)
     pairs |= {(swap[m], b) for m, b in pairs if m in swap}
     return sorted(pairs)
+
+
+def learning_seeds(cfg: Mapping[str, Any]) -> list[int]:
+    """The seeds of the learning check (``report.learning.seeds``; default the evaluation's ``seeds``):
+    its base and trained models are evaluated on :func:`ours_benchmarks` with these too."""
+    learning = cfg["report"].get("learning") or {}
+    return list(learning.get("seeds", cfg["seeds"]))
+
+
+def eval_seeds(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> list[int]:
+    """The seeds ``model_id`` is evaluated with on ``benchmark``: ``seeds``, and for the learning check's
+    models (``report.learning``: base and trained) on :func:`ours_benchmarks` also
+    :func:`learning_seeds`. Tables and claims read ``seeds`` only; the learning check reads its own."""
+    seeds = list(cfg["seeds"])
+    learning = cfg["report"].get("learning")
+    if learning and benchmark in ours_benchmarks(cfg) and model_id in [learning["base"], *learning["models"]]:
+        seeds += [s for s in learning_seeds(cfg) if s not in seeds]
+    return seeds
 
 
 def ours_benchmarks(cfg: Mapping[str, Any]) -> list[str]:

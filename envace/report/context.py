@@ -114,22 +114,30 @@ class ReportContext:
         self.seed = int(boot["seed"])
         self.confidence = float(boot["confidence"])
         self._evaluations: dict[
-            tuple[str, str, str, str | None, str | None], Evaluation | IncompleteResultsError
+            tuple[str, str, str, str | None, str | None, tuple[int, ...] | None],
+            Evaluation | IncompleteResultsError,
         ] = {}
         self._tts_context: dict[tuple[str, str], ContextStats] = {}
 
     def evaluation(
-        self, kind: str, name: str, benchmark: str, metric: str | None = None, average: str | None = None
+        self,
+        kind: str,
+        name: str,
+        benchmark: str,
+        metric: str | None = None,
+        average: str | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> Evaluation:
         """The loaded evaluation (cached); raises IncompleteResultsError if missing or partial.
 
-        ``average`` (``micro`` / ``macro``) overrides ``aggregate.average`` for count metrics."""
-        key = (kind, name, benchmark, metric, average)
+        ``average`` (``micro`` / ``macro``) overrides ``aggregate.average`` for count metrics; ``seeds``
+        the evaluation seeds read (default the config's ``seeds``)."""
+        key = (kind, name, benchmark, metric, average, tuple(seeds) if seeds is not None else None)
         if key not in self._evaluations:
             try:
                 stored = self.view.stored(self.cfg, kind, name) if self.view else name
                 self._evaluations[key] = load_evaluation(
-                    self.cfg, self.results_dir, kind, stored, benchmark, metric, average
+                    self.cfg, self.results_dir, kind, stored, benchmark, metric, average, seeds
                 )
             except IncompleteResultsError as exc:
                 self._evaluations[key] = exc
@@ -153,17 +161,19 @@ class ReportContext:
         benchmarks: Sequence[str],
         metric: str | None = None,
         average: str | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> Cell:
         """``mean over benchmarks of sum_i coef_i * score(name_i)`` in percent, with its interval.
 
         Terms on one benchmark share task draws (paired); benchmarks are resampled independently.
+        ``seeds``: the evaluation seeds read (default the config's ``seeds``).
         """
         blocks, missing = [], []
         for bench in benchmarks:
             block = []
             for coef, name in terms:
                 try:
-                    block.append((coef, self.evaluation(kind, name, bench, metric, average).matrix))
+                    block.append((coef, self.evaluation(kind, name, bench, metric, average, seeds).matrix))
                 except IncompleteResultsError as exc:
                     missing.append(str(exc))
             blocks.append(block)
@@ -185,9 +195,10 @@ class ReportContext:
         benchmarks: Sequence[str],
         metric: str | None = None,
         average: str | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> Cell:
         """One method's score (Avg@k), averaged over ``benchmarks`` (benchmark-stratified)."""
-        return self.cell(kind, [(1.0, name)], benchmarks, metric, average)
+        return self.cell(kind, [(1.0, name)], benchmarks, metric, average, seeds)
 
     def checkpoint_model(self, step: int) -> str:
         """Model id evaluated for training step ``step`` of the checkpoint run:

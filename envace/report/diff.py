@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envace.common.config import ours_benchmarks, released_models
+from envace.common.config import learning_seeds, ours_benchmarks, released_models
 from envace.common.exit_codes import EXIT_UNUSABLE
 from envace.common.results import ResultsError, diff_paths
 from envace.report import points
@@ -271,16 +271,18 @@ def claim_results(ctx: ReportContext) -> list[dict]:
 def learning_results(ctx: ReportContext) -> list[dict]:
     """``report.learning`` on each ``evaluation.ours_benchmarks`` entry: per trained model, its score and
     the base model's, and ``trained - base`` paired over tasks with its interval (percent); ``status``
-    RISES (interval above 0), NO_RISE, or MISSING (an evaluation is absent or partial)."""
+    RISES (interval above 0), NO_RISE, or MISSING (an evaluation is absent or partial). Every score reads
+    the learning check's seeds (:func:`learning_seeds`: Avg@k over them), recorded in ``seeds``."""
     spec = ctx.cfg["report"].get("learning")
     out: list[dict] = []
+    seeds = learning_seeds(ctx.cfg)
     for bench in ours_benchmarks(ctx.cfg) if spec else []:
-        base = ctx.mean("eval", spec["base"], [bench])
+        base = ctx.mean("eval", spec["base"], [bench], seeds=seeds)
         for model in spec["models"]:
-            trained = ctx.mean("eval", model, [bench])
-            gain = ctx.cell("eval", [(1.0, model), (-1.0, spec["base"])], [bench])
+            trained = ctx.mean("eval", model, [bench], seeds=seeds)
+            gain = ctx.cell("eval", [(1.0, model), (-1.0, spec["base"])], [bench], seeds=seeds)
             run = ctx.cfg["training"]["runs"].get(ctx.cfg["models"][model].get("run"), {})
-            entry = {"model": model, "base_model": spec["base"], "benchmark": bench,
+            entry = {"model": model, "base_model": spec["base"], "benchmark": bench, "seeds": seeds,
                      "training_seed": run.get("seed"),  # None: verl's defaults
                      "base": base.interval.point if base.ok else None,
                      "trained": trained.interval.point if trained.ok else None}
@@ -346,8 +348,11 @@ def to_markdown(diff: dict[str, Any]) -> str:
     lines += ["", "## Claims", ""]
     lines += _claim_lines(diff["claims"])
     if diff.get("learning"):
-        lines += ["", "## Learning on our benchmarks (ours: report.learning)", "",
-                  "| benchmark | model | training seed | base | trained | gain | 95% CI | status |",
+        seeds = diff["learning"][0].get("seeds")
+        lines += ["", "## Learning on our benchmarks (ours: report.learning)", ""]
+        if seeds:
+            lines += [f"Avg@{len(seeds)}: evaluation seeds {', '.join(map(str, seeds))}.", ""]
+        lines += ["| benchmark | model | training seed | base | trained | gain | 95% CI | status |",
                   "|---" * 8 + "|"]
         for e in diff["learning"]:
             gain = "—" if e["status"] == "MISSING" else f"{e['point']:+.2f}"

@@ -3,7 +3,8 @@
 :class:`~envace.common.stats.RatioMatrix` for
 micro-averaged count metrics).
 
-For every configured seed (``cfg["seeds"]`` for evaluations, ``cfg["tts"]["seeds"]`` for test-time
+For every configured seed (``cfg["seeds"]`` for evaluations unless the caller names others, e.g. the
+learning check's :func:`envace.common.config.learning_seeds`; ``cfg["tts"]["seeds"]`` for test-time
 scaling) the complete result file is read with the expected config hash
 (:func:`envace.common.config.eval_hash` / :func:`envace.common.config.tts_hash`).
 
@@ -37,7 +38,7 @@ cover different tasks raise :class:`~envace.common.results.ResultsError`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,10 +201,12 @@ def load_evaluation(
     benchmark: str,
     metric: str | None = None,
     average: str | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> Evaluation:
     """Read and check every run of ``name`` on ``benchmark`` (see module docstring).
 
-    ``average`` overrides ``aggregate.average`` (``micro`` / ``macro``; only count metrics use it).
+    ``average`` overrides ``aggregate.average`` (``micro`` / ``macro``; only count metrics use it);
+    ``seeds`` the evaluation seeds read (``kind`` eval only; default ``cfg["seeds"]``).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -239,8 +242,10 @@ def load_evaluation(
     else:
         split_group = {split: g for g, spec in aggregate["groups"].items() for split in spec["splits"]}
     if kind == "eval":
-        seeds, expected, path_of = cfg["seeds"], eval_hash(cfg, name, benchmark), eval_path
+        seeds, expected, path_of = list(seeds or cfg["seeds"]), eval_hash(cfg, name, benchmark), eval_path
     else:
+        if seeds is not None:
+            raise ValueError("seeds: only evaluations (kind 'eval') read other seeds than the config's")
         seeds, expected, path_of = cfg["tts"]["seeds"], tts_hash(cfg, name, benchmark), tts_path
     runs: list[dict[str, list[Any]]] = []
     task_split: dict[str, str] = {}

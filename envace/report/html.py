@@ -166,7 +166,9 @@ def verdict(diff: dict[str, Any]) -> str:
     if learning:
         rows = [[x["model"], x["benchmark"], x.get("training_seed", "—"), f"{x['base']:.1f}",
                  f"{x['trained']:.1f}", _interval(x), x["status"]] for x in learning]
-        parts += ["<h3>Learning check: trained - base on our benchmarks</h3>",
+        seeds = learning[0].get("seeds")
+        avg = f" (Avg@{len(seeds)}, evaluation seeds {', '.join(map(str, seeds))})" if seeds else ""
+        parts += [f"<h3>Learning check: trained - base on our benchmarks{_e(avg)}</h3>",
                   _table(["model", "benchmark", "training seed", "base", "trained", "trained - base",
                           "status"], rows)]
     return "".join(parts)

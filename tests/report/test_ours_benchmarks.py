@@ -20,6 +20,8 @@ import yaml
 from envace.cli.eval import task_limit
 from envace.common.config import (
     ConfigError,
+    eval_hash,
+    eval_seeds,
     evaluation_pairs,
     figure5_models,
     load_config,
@@ -202,6 +204,46 @@ def test_learning_section_pairs_each_trained_model_with_the_base(ours_cfg: dict,
     text = to_markdown(build_diff(ctx))
     assert "## Learning on our benchmarks" in text
     assert "| vitabench | envace_8b | verl default | 0.00 | 100.00 | +100.00" in text
+
+
+def test_learning_seeds_are_read_by_the_learning_check_alone(ours_cfg: dict, results_copy: Path) -> None:
+    """report.learning.seeds: the check's models are averaged over those seeds (here a third, written
+    for the base and the trained model), while tables and every other cell keep the config's seeds."""
+    from envace.report.diff import build_diff, learning_results, to_markdown
+
+    cfg = copy.deepcopy(ours_cfg)
+    cfg["report"]["learning"] = {"base": "qwen3_8b", "models": ["envace_8b"], "seeds": [0, 1, 2]}
+    for name in ("qwen3_8b", "envace_8b"):
+        for seed in (0, 1, 2):
+            old = read_results(eval_path(EXAMPLE_RESULTS, name, "vitabench", min(seed, 1)))
+            score = 1.0 if (name, seed) == ("envace_8b", 2) else 0.0
+            lines = [{**line, "seed": seed, "score": score, "status": "ok", "reason": None}
+                     for line in old.lines]
+            write_results(eval_path(results_copy, name, "vitabench", seed), lines, model=name,
+                          benchmark="vitabench", seed=seed, scale=cfg["scale"],
+                          config_hash=eval_hash(cfg, name, "vitabench"), git_commit="test",
+                          package_versions={})
+    ctx = ReportContext(cfg, results_copy, resamples=200)
+    (entry,) = learning_results(ctx)
+    assert entry["seeds"] == [0, 1, 2]
+    assert entry["trained"] == entry["point"] == pytest.approx(100 / 3) and entry["base"] == 0
+    assert ctx.mean("eval", "envace_8b", ["vitabench"]).interval.point == 0  # the tables' seeds 0 and 1
+    assert "Avg@3: evaluation seeds 0, 1, 2." in to_markdown(build_diff(ctx))
+    assert eval_seeds(cfg, "envace_8b", "vitabench") == [0, 1, 2]
+    assert eval_seeds(cfg, "grpo_8b", "vitabench") == eval_seeds(cfg, "envace_8b", "tau2") == [0, 1]
+
+
+def test_learning_seeds_beyond_the_config_seeds_need_the_one_job_evaluation(tmp_path: Path) -> None:
+    raw = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    raw["report"]["learning"] = {"base": "qwen3_8b", "models": ["envace_8b"], "seeds": [0, 1, 2, 3]}
+    raw["evaluation"]["one_job"] = False
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"'report\.learning\.seeds' adds seeds \[2, 3\]"):
+        load_config(path)
+    raw["report"]["learning"]["seeds"] = [1, 0]  # a subset of seeds: any evaluation layout
+    path.write_text(yaml.safe_dump(raw))
+    assert load_config(path)["report"]["learning"]["seeds"] == [1, 0]
 
 
 def test_learning_names_an_unknown_model(tmp_path: Path) -> None:

@@ -13,9 +13,11 @@ from envace.common.config import (
     complete_config,
     config_hash,
     eval_hash,
+    eval_seeds,
     evaluation_pairs,
     fig5_rehearse_runs,
     figure5_models,
+    learning_seeds,
     ours_benchmarks,
     released_models,
     training_key,
@@ -265,9 +267,23 @@ def eval_pairs():
     return evaluation_pairs(CFG)
 
 
-def eval_files(model, benchmark, root=None):
+def eval_files(model, benchmark, root=None, seeds=None):
     root = root or REPORT_SOURCE
-    return [str(eval_path(root, model, benchmark, s)) for s in CFG["seeds"]]
+    return [str(eval_path(root, model, benchmark, s)) for s in seeds or CFG["seeds"]]
+
+
+def learning_files():
+    """The learning check's result files (report.learning: base and trained models on our benchmarks,
+    each with the check's seeds)."""
+    spec = CFG["report"].get("learning")
+    if not spec:
+        return []
+    return [
+        f
+        for m in [spec["base"], *spec["models"]]
+        for b in OURS
+        for f in eval_files(m, b, seeds=learning_seeds(CFG))
+    ]
 
 
 def tts_files(setting, benchmark, root=None):

@@ -4,6 +4,7 @@
 import re
 
 from envace.common.config import (
+    eval_seeds,
     evaluation_pairs,
     figure5_models,
     released_models,
@@ -147,15 +148,20 @@ def one_job_plan(part="main"):
         for m in block_models:
             have = benchmarks.setdefault(m, [])
             have += [b for b in block_benchmarks if b not in have]
+    # one item per (model, seeds): the learning check's models run our benchmarks with its seeds too
+    by_seeds = {}
+    for m, bs in benchmarks.items():
+        for b in bs:
+            by_seeds.setdefault((m, tuple(eval_seeds(CFG, m, b))), []).append(b)
     items = [
         {
             "model": m,
             **model_source(m),
             "benchmark": bs,
-            "seed": list(CFG["seeds"]),
+            "seed": list(seeds),
             "out": f"{RESULTS}/eval/{m}/{{benchmark}}/seed{{seed}}.jsonl",
         }
-        for m, bs in benchmarks.items()
+        for (m, seeds), bs in by_seeds.items()
     ]
     items += [
         {
@@ -200,7 +206,7 @@ def one_job_outputs(ext, part="main"):
         for item in plan
         if "tts_setting" not in item and "benchmark" in item
         for b in item["benchmark"]
-        for s in CFG["seeds"]
+        for s in item["seed"]
     ] + [
         f"{RESULTS}/tts/{setting}/{b}/seed{s}.{ext}"
         for item in plan

@@ -112,6 +112,7 @@ rule paper_diff:
         tables=[f"{RESULTS}/tables/{t}.md" for t in TABLES],
         figures=[f"{FIGURES}/{name}.pdf" for name in FIGURE_NAMES.values()],
         released=released_inputs(),
+        learning=learning_files(),
     output:
         md=f"{RESULTS}/paper_diff.md",
         json=f"{RESULTS}/paper_diff.json",
