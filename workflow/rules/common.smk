@@ -13,7 +13,6 @@ from envace.common.config import (
     complete_config,
     config_hash,
     eval_hash,
-    eval_seeds,
     evaluation_pairs,
     fig5_rehearse_runs,
     figure5_models,
