@@ -119,15 +119,8 @@ class ReportContext:
         ] = {}
         self._tts_context: dict[tuple[str, str], ContextStats] = {}
 
-    def evaluation(
-        self,
-        kind: str,
-        name: str,
-        benchmark: str,
-        metric: str | None = None,
-        average: str | None = None,
-        seeds: Sequence[int] | None = None,
-    ) -> Evaluation:
+    def evaluation(self, kind: str, name: str, benchmark: str, metric: str | None = None,
+                   average: str | None = None, seeds: Sequence[int] | None = None) -> Evaluation:
         """The loaded evaluation (cached); raises IncompleteResultsError if missing or partial.
 
         ``average`` (``micro`` / ``macro``) overrides ``aggregate.average`` for count metrics; ``seeds``
