@@ -123,7 +123,7 @@ def _check_references(cfg: Mapping[str, Any], source: str) -> None:
     learning = cfg["report"].get("learning")
     if learning:
         table1 = cfg["evaluation"]["table1"]["models"]
-        for mid in [learning["base"], *learning["models"]]:
+        for mid in learning_models(cfg):
             need("Table 1 model", mid, table1, "report.learning")
         extra = set(learning.get("seeds", [])) - set(cfg["seeds"])
         if extra and not cfg["evaluation"].get("one_job", False):
@@ -378,6 +378,13 @@ def evaluation_pairs(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     return sorted(pairs)
 
 
+def learning_models(cfg: Mapping[str, Any]) -> list[str]:
+    """The learning check's models (``report.learning``): its base, then its trained models; none
+    without the block."""
+    learning = cfg["report"].get("learning")
+    return [learning["base"], *learning["models"]] if learning else []
+
+
 def learning_seeds(cfg: Mapping[str, Any]) -> list[int]:
     """The seeds of the learning check (``report.learning.seeds``; default the evaluation's ``seeds``):
     its base and trained models are evaluated on :func:`ours_benchmarks` with these too."""
@@ -390,8 +397,7 @@ def eval_seeds(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> list[in
     models (``report.learning``: base and trained) on :func:`ours_benchmarks` also
     :func:`learning_seeds`. Tables and claims read ``seeds`` only; the learning check reads its own."""
     seeds = list(cfg["seeds"])
-    learning = cfg["report"].get("learning")
-    if learning and benchmark in ours_benchmarks(cfg) and model_id in [learning["base"], *learning["models"]]:
+    if benchmark in ours_benchmarks(cfg) and model_id in learning_models(cfg):
         seeds += [s for s in learning_seeds(cfg) if s not in seeds]
     return seeds
 

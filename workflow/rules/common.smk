@@ -16,6 +16,7 @@ from envace.common.config import (
     evaluation_pairs,
     fig5_rehearse_runs,
     figure5_models,
+    learning_models,
     learning_seeds,
     ours_benchmarks,
     released_models,
@@ -274,14 +275,12 @@ def eval_files(model, benchmark, root=None, seeds=None):
 def learning_files():
     """The learning check's result files (report.learning: base and trained models on our benchmarks,
     each with the check's seeds)."""
-    spec = CFG["report"].get("learning")
-    if not spec:
-        return []
+    seeds = learning_seeds(CFG)
     return [
         f
-        for m in [spec["base"], *spec["models"]]
+        for m in learning_models(CFG)
         for b in OURS
-        for f in eval_files(m, b, seeds=learning_seeds(CFG))
+        for f in eval_files(m, b, seeds=seeds)
     ]
 
 
