@@ -51,6 +51,8 @@ from envace.common.config import evaluation_pairs, figure5_models, merge_config_
 STEP = re.compile(r"step:(\d+) - ")
 EXACT = "envace/rehearse/reference_exact"  # REHEARSE answers equal to the reference response, per step
 CORR = "envace/rollout_actor_corr/"
+REFILLED = "envace/filter_groups/refilled_prompts"  # group filtering: replacement prompts drawn, per step
+EVICTED = "training/filter_groups/evicted_samples"  # verl's: groups filtered in the step (absent = none)
 PADDING = "envace/padding/copied_rows"  # rows the authors' batch padding copied, per step (and role)
 DIFF = "envace/rollout_actor_prob_diff/"
 SMOKE_CONFIGS = [Path(__file__).resolve().parents[1] / "config" / name
@@ -131,6 +133,12 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
             print(f"{run}: rows copied by the authors' batch padding per step {[sum(c) for c in copied]}")
             if not rows or not all(copied):
                 problems.append(f"{run}: batch_padding copy, but {PADDING} is missing at some step")
+        if (runs_cfg.get(run, {}).get("filter_groups") or {}).get("enable"):
+            evicted = [int(float(r.get(EVICTED, 0))) for r in rows]
+            print(f"{run}: group filtering: groups without a signal replaced per step {evicted}, prompts "
+                  f"drawn {[int(float(r.get(REFILLED, 0))) for r in rows]}")
+            if not rows or not all(REFILLED in r for r in rows):
+                problems.append(f"{run}: filter_groups on, but {REFILLED} is missing at some step")
         any_update |= any(_updated(r) for r in rows)
         if run in runs_cfg:
             problems += check_outputs(results, checkpoints, run, runs_cfg[run],

@@ -45,6 +45,9 @@ Implemented:
   (:mod:`envace.common.kept_results`); a later job restores it from there (same config hash) instead of
   re-running it, and starts servers only if something is left
   to run. The links are removed when the job finishes.
+- The same evaluation under two model ids (the same weights, benchmark, seed and settings: at smoke scale
+  several of the paper's models are the one tiny model) runs once in a job; the other result files are
+  copies whose manifest says ``copied_from`` (:mod:`envace.cli.eval_copies`).
 - A server that dies stops the job with exit code 3 (``EXIT_UNAVAILABLE``) and a message naming each dead
   server and its exit code; rerunning the same command resumes.
 
@@ -72,6 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envace.cli.eval_copies import Copy, find_copies, write_copy
 from envace.common import kept_results
 from envace.common.config import DEFAULT_CONFIG
 from envace.common.exit_codes import EXIT_UNAVAILABLE
@@ -391,11 +395,15 @@ def run(args: argparse.Namespace) -> int:
     for r in restored:
         print(f"envace eval: {r.out}: restored the run this job finished before it failed", file=sys.stderr)
     todo = {id(e): [r for r in e.runs if r not in restored] for e in entries}
+    copies = find_copies(cfg, [(e.model, e.model_path, r) for e in entries for r in e.runs],
+                         [r for e in entries for r in todo[id(e)]])
+    copied = {id(c.run) for c in copies}
+    todo = {key: [r for r in rs if id(r) not in copied] for key, rs in todo.items()}
     entries = [e for e in entries if todo[id(e)] or e.fidelity_results is not None]
     if not entries:
-        for r in runs:
-            kept_results.drop(r.out)
-        print(f"envace eval: all {len(runs)} runs were already finished", file=sys.stderr)
+        finish(runs, copies)
+        print(f"envace eval: all {len(runs) - len(copies)} evaluations were already finished"
+              f"{_copied_note(copies)}", file=sys.stderr)
         return 0
     default_timeout = float(cfg.get("serving", {}).get("ready_timeout_s", 900))
     job = ServerJob(cfg, kind, settings, ready_timeout=args.ready_timeout or default_timeout,
@@ -418,12 +426,27 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNAVAILABLE
     finally:
         job.release(keep=set())
-    for r in runs:
-        kept_results.drop(r.out)
+    finish(runs, copies)
     n_todo = sum(len(v) for v in todo.values())
     print(f"envace eval: {n_todo} runs ({total_new} new samples) with {job.starts} server start(s); "
-          f"{len(restored)} restored", file=sys.stderr)
+          f"{len(restored)} restored{_copied_note(copies)}", file=sys.stderr)
     return 0
+
+
+def finish(runs: list[EvalRun], copies: list[Copy]) -> None:
+    """The job's last step once every evaluation ran: write the copies (:mod:`envace.cli.eval_copies`),
+    then remove the finished files kept for a retry."""
+    for c in copies:
+        write_copy(c)
+    for r in runs:
+        kept_results.drop(r.out)
+
+
+def _copied_note(copies: list[Copy]) -> str:
+    if not copies:
+        return ""
+    return (f"; {len(copies)} copied from the same evaluation of the same weights under another model id "
+            f"({', '.join(sorted({c.model for c in copies}))})")
 
 
 def fidelity_entry(job: ServerJob, entry: Entry, needs: dict[str, ServerNeed]) -> int:

@@ -257,6 +257,26 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
     )
 
 
+def weights_eval_hash(cfg: Mapping[str, Any], model_id: str, weights: str, benchmark: str, seed: int) -> str:
+    """What one plain evaluation's samples depend on, without the model's name: :func:`eval_hash`'s
+    fields with the model entry replaced by the ``weights`` it serves and its ``size`` (which sets its
+    GPUs), plus the seed. Two model ids with the same hash get the same result file, sample for sample
+    (at smoke scale several of the paper's models are the one tiny model): ``envace eval`` runs such an
+    evaluation once and copies it."""
+    return config_hash(
+        {
+            "scale": cfg["scale"],
+            "weights": weights,
+            "size": model_entry(cfg, model_id).get("size"),
+            "benchmark": _benchmark_key(cfg, benchmark),
+            "sampling": cfg["evaluation"]["sampling"],
+            "episode": cfg["evaluation"]["episode"],
+            "seed": seed,
+            **_serving_key(cfg),
+        }
+    )
+
+
 def _benchmark_key(cfg: Mapping[str, Any], benchmark: str) -> dict[str, Any]:
     """The benchmark entry as far as it changes samples: without ``aggregate`` (report-only)."""
     return {k: v for k, v in cfg["benchmarks"][benchmark].items() if k != "aggregate"}

@@ -242,21 +242,45 @@ def _plan(tmp_path: Path, items: list) -> str:
     return str(path)
 
 
-def test_a_plan_runs_several_models_in_one_job(tiny_dir, fast_config, tmp_path):
+def test_a_plan_runs_several_models_in_one_job(tiny_dir, fast_config, tmp_path, capsys):
+    """Several models in one job; the same evaluation of the same weights under a second model id (AWM-8B
+    is the tiny model too) runs once and is copied, a different seed is not."""
     cfg = yaml.safe_load(fast_config.read_text())
     cfg["benchmarks"]["finmcp"]["limit"] = 1
     fast_config.write_text(yaml.safe_dump(cfg))
     template = str(tmp_path / "eval/{model}/{benchmark}/seed{seed}.jsonl")
-    items = [{"model": m, "model_path": str(tiny_dir), "benchmark": ["finmcp"], "seed": [0], "out": template}
-             for m in ("qwen3_8b", "awm_8b")]
+    items = [{"model": m, "model_path": str(tiny_dir), "benchmark": ["finmcp"], "seed": seeds,
+              "out": template} for m, seeds in (("qwen3_8b", [0]), ("awm_8b", [0, 1]))]
     argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items), "--backend", "hf",
             "--no-progress"]
     assert main(argv) == 0
+    assert "2 runs" in capsys.readouterr().err.splitlines()[-1]
     loaded = load_config(fast_config)
-    for m in ("qwen3_8b", "awm_8b"):
-        path = tmp_path / f"eval/{m}/finmcp/seed0.jsonl"
-        res = read_results(path, expected_hash=eval_hash(loaded, m, "finmcp"))
-        assert res.manifest["model"] == m
+    res = {}
+    for m, seed in (("qwen3_8b", 0), ("awm_8b", 0), ("awm_8b", 1)):
+        res[m, seed] = read_results(tmp_path / f"eval/{m}/finmcp/seed{seed}.jsonl",
+                                    expected_hash=eval_hash(loaded, m, "finmcp"))
+        assert res[m, seed].manifest["model"] == m
+    source = tmp_path / "eval/qwen3_8b/finmcp/seed0.jsonl"
+    copy = res["awm_8b", 0].manifest
+    assert copy["copied_from"] == str(source) and "timing" not in copy
+    assert (tmp_path / "eval/awm_8b/finmcp/seed0.jsonl").read_bytes() == source.read_bytes()
+    assert "copied_from" not in res["awm_8b", 1].manifest and "timing" in res["awm_8b", 1].manifest
+
+    # an attempt that finished the two evaluations and failed before the copy: Snakemake removed every
+    # output, the kept links stay; the retry restores both and copies the source
+    from envace.common.results import manifest_path
+
+    for f in (source, tmp_path / "eval/awm_8b/finmcp/seed1.jsonl"):
+        (f.parent / ".done").mkdir(exist_ok=True)
+        for g in (f, manifest_path(f)):
+            os.link(g, f.parent / ".done" / g.name)
+    for f in tmp_path.glob("eval/*/finmcp/seed*"):
+        f.unlink()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "all 2 evaluations were already finished; 1 copied" in err and "(awm_8b)" in err
+    assert read_results(tmp_path / "eval/awm_8b/finmcp/seed0.jsonl").manifest["copied_from"] == str(source)
 
 
 @pytest.mark.parametrize("items, message", [
@@ -329,8 +353,10 @@ def test_a_plan_serves_each_path_once_and_stops_it_after_its_last_use(tiny_dir, 
     monkeypatch.setattr(vllm_server, "Server", FakeServer)
     monkeypatch.setattr(eval_cmd, "evaluate_entry", fake_evaluate)
     template = str(tmp_path / "eval/{model}/{benchmark}/seed{seed}.jsonl")
-    items = [{"model": m, "model_path": str(p), "benchmark": ["tau2"], "seed": [0], "out": template}
-             for m, p in (("qwen3_8b", tiny_dir), ("awm_8b", other), ("envscaler_8b", tiny_dir))]
+    # envscaler_8b at another seed: at seed 0 it would be qwen3_8b's evaluation again (copied, not run)
+    items = [{"model": m, "model_path": str(p), "benchmark": ["tau2"], "seed": [seed], "out": template}
+             for m, p, seed in (("qwen3_8b", tiny_dir, 0), ("awm_8b", other, 0),
+                                ("envscaler_8b", tiny_dir, 1))]
     argv = ["eval", "--config", str(fast_config), "--plan", _plan(tmp_path, items), "--no-progress"]
     assert main(argv) == 0
     # a kept server is not waited for again (its start-up time stays the one it took)

@@ -84,6 +84,24 @@ def test_the_authors_padding_must_log_its_copies_at_every_step(tmp_path, capsys)
         "per_role_8b: batch_padding copy, but envace/padding/copied_rows is missing at some step"]
 
 
+def test_group_filtering_must_log_its_refills_at_every_step(tmp_path, capsys):
+    """A run with filter_groups on logs the prompts it drew at every step (verl logs the groups it filtered
+    only in steps that filtered some); a step without the count fails."""
+    runs = {**RUNS, "envace_8b": {**RUNS["envace_8b"], "filter_groups": {"enable": True}}}
+    rows = [_row(n, **{"envace/rollout_actor_corr/shared": 0.999,
+                       "envace/filter_groups/refilled_prompts": 2 * n}) for n in (1, 2, 3)]
+    rows[0]["data"]["training/filter_groups/evicted_samples"] = 3.0
+    _write(tmp_path, "envace_8b", rows)
+    _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == []
+    assert ("envace_8b: group filtering: groups without a signal replaced per step [3, 0, 0], prompts drawn "
+            "[2, 4, 6]") in capsys.readouterr().out
+    del rows[2]["data"]["envace/filter_groups/refilled_prompts"]
+    _write(tmp_path, "envace_8b", rows)
+    assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [
+        "envace_8b: filter_groups on, but envace/filter_groups/refilled_prompts is missing at some step"]
+
+
 def test_per_role_agreement_missing_at_one_step_or_low_fails(tmp_path):
     _write(tmp_path, "envace_8b", [_row(n, **{"envace/rollout_actor_corr/shared": 0.999}) for n in (1, 2, 3)])
     rows = [_synced(1), _row(2, **{"envace/rollout_actor_corr/act": 0.9995}, **UPDATES), _synced(3)]

@@ -124,6 +124,12 @@ def run_overrides(
         "algorithm.envace_advantage_sign": int(ep["advantage_sign"]),
         "algorithm.envace_rehearse_advantage": ep["rehearse_advantage"],
     }
+    group_filter = r.get("filter_groups") or {}
+    if group_filter.get("enable"):  # verl's own DAPO group filtering on the run's reward (rm_scores)
+        o["algorithm.filter_groups.enable"] = True
+        o["algorithm.filter_groups.metric"] = "reward"
+        inflight = int(group_filter.get("max_inflight_gen_batches", 1))
+        o["algorithm.filter_groups.max_inflight_gen_batches"] = inflight
     if r.get("seed") is not None:  # else verl's defaults (data.seed null, rollout.seed 42)
         o["data.seed"] = int(r["seed"])
         o["actor_rollout_ref.rollout.seed"] = int(r["seed"])

@@ -42,6 +42,13 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   decided by the mean probability difference instead (``envace.max_rollout_actor_prob_diff``, logged as
   ``envace/rollout_actor_prob_diff/<name>``); counting NaN as low stopped a sign-flipped control run.
 
+- :meth:`EnvaceTrainer._add_prompts_to_generate`, a cap on group filtering: with verl's own DAPO
+  filtering (``algorithm.filter_groups``, ``training.runs.<run>.filter_groups``) the replay buffer replaces
+  each group whose rewards were all equal by fresh prompts through this trainer method, with no bound in
+  verl 0.9.1's v1 buffer; a step that draws more than ``envace.max_filter_refill_batches`` batches stops
+  with :class:`GroupFilterError` (a collapsed policy would otherwise generate forever). Each step logs
+  ``envace/filter_groups/refilled_prompts``.
+
 - :meth:`EnvaceTrainer._apply_row_penalties`: a row's own reward term. verl's v1 worker copies a
   trajectory's reward to all its rows (``agent_loop_tq.py`` ``_agent_loop_postprocess``); the authors
   then subtract 0.1 from each blank row (``apply_invalid_action_penalty``). The agent loop records
@@ -112,6 +119,25 @@ DIFF_METRIC = "training/rollout_probs_diff_mean"
 #: sources are in _envace_common.yaml.
 DEFAULT_MIN_AGREEMENT = 0.8
 DEFAULT_MAX_PROB_DIFF = 0.05
+DEFAULT_MAX_REFILL_BATCHES = 8
+
+
+class GroupFilterError(RuntimeError):
+    """verl's group filtering drew the refill cap of prompts and still lacks groups with a signal."""
+
+
+def check_refill(refilled: int, cap: int, step: int) -> None:
+    """Raise :class:`GroupFilterError` when a step's refills (prompts drawn to replace groups whose
+    rewards were all equal) exceed ``cap`` (0: no cap). verl 0.9.1's v1 replay buffer has no bound of its
+    own (``max_num_gen_batches`` is ignored there): a run whose rewards stopped varying would generate
+    forever."""
+    if cap > 0 and refilled > cap:
+        raise GroupFilterError(
+            f"step {step}: group filtering (algorithm.filter_groups) drew {refilled} prompts to replace "
+            "groups whose rollouts all got the same reward and still lacks a batch of groups with a "
+            "signal: the rewards no longer vary (a collapsed policy, or a reward constant on these "
+            "prompts). Raise "
+            "envace.max_filter_refill_batches or turn it off (training.runs.<run>.filter_groups.enable)")
 
 
 class RolloutAgreementError(RuntimeError):
@@ -312,6 +338,7 @@ class EnvaceTrainer(PPOTrainerSync):
 
     _pending_save: int | None = None
     _tracking: Any = None
+    _refilled = 0  # prompts drawn this step to replace filtered groups (_add_prompts_to_generate)
 
     @property
     def logger(self) -> Any:
@@ -357,6 +384,8 @@ class EnvaceTrainer(PPOTrainerSync):
         self.padding_multiple = int(envace.get("padding_multiple", 1))
         self.min_agreement = float(envace.get("min_rollout_actor_corr", DEFAULT_MIN_AGREEMENT))
         self.max_prob_diff = float(envace.get("max_rollout_actor_prob_diff", DEFAULT_MAX_PROB_DIFF))
+        self.max_refill = (int(envace.get("max_filter_refill_batches", DEFAULT_MAX_REFILL_BATCHES))
+                           * int(config.data.train_batch_size))
         if self.min_agreement > 0 and not config.actor_rollout_ref.rollout.get("calculate_log_probs", True):
             raise ValueError(
                 "envace.min_rollout_actor_corr needs actor_rollout_ref.rollout.calculate_log_probs=true "
@@ -402,9 +431,19 @@ class EnvaceTrainer(PPOTrainerSync):
             out.update({f"envace/{role}/{k}": float(v) for k, v in m.items()})
         return out
 
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        """verl's replay buffer draws replacements for filtered groups through this (group filtering,
+        ``algorithm.filter_groups``); counted per step and capped (:func:`check_refill`)."""
+        self._refilled += num_prompts
+        check_refill(self._refilled, self.max_refill, self.global_steps)
+        return super()._add_prompts_to_generate(num_prompts)
+
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         """verl's step, then the agreement guard (before the checkpoint and the weight sync)."""
+        self._refilled = 0
         batch = super().step(metrics, timing_raw)
+        if self.config.algorithm.get("filter_groups", {}).get("enable", False):
+            metrics["envace/filter_groups/refilled_prompts"] = self._refilled
         policies = self._rollout_agreement_metrics()
         agreement = check_rollout_agreement(
             metrics, policies, self.min_agreement, self.global_steps, self.max_prob_diff

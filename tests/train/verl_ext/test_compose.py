@@ -117,6 +117,20 @@ def test_kl_switch_reaches_verl():
     assert c.actor_rollout_ref.actor.use_kl_loss is True
 
 
+def test_group_filter_switch_reaches_verl():
+    """The paper's runs train on every sampled group (the authors' script); ``filter_groups`` turns on
+    verl's own DAPO filtering on the run's reward, and verl's trainer accepts the composed config."""
+    assert not any(compose(run_config_name(CFG, r), run_overrides(CFG, r)).algorithm.filter_groups.enable
+                   for r in ("envace_8b", "per_role_8b"))
+    cfg = load_config("config/config.yaml")
+    cfg["training"]["runs"]["envace_8b"]["filter_groups"] = {"enable": True, "max_inflight_gen_batches": 2}
+    c = compose("envace_8b", run_overrides(cfg, "envace_8b"))
+    fg = c.algorithm.filter_groups
+    assert fg.enable is True and fg.metric == "reward" and fg.max_inflight_gen_batches == 2
+    validate_config(OmegaConf.create(OmegaConf.to_container(c, resolve=True)), use_reference_policy=False,
+                    use_critic=False)
+
+
 def test_unknown_run():
     with pytest.raises(KeyError, match="unknown run"):
         run_overrides(CFG, "nope")

@@ -447,3 +447,22 @@ def test_shared_trainer_agreement_per_role(monkeypatch):
     with pytest.raises(RolloutAgreementError, match="shared/rehearse"):
         check_rollout_agreement({**m, "training/rollout_actor_probs_pearson_corr": 0.95},
                                 t._rollout_agreement_metrics(), t.min_agreement, 1)
+
+
+def test_group_filter_refills_are_capped(trainer, monkeypatch):
+    """verl's group filtering draws replacement prompts through the trainer; past
+    envace.max_filter_refill_batches batches in one step the run stops instead of generating forever."""
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from envace.train.verl_ext.trainer import GroupFilterError
+
+    assert trainer.max_refill == 8 * trainer.config.data.train_batch_size  # the default cap
+    drawn: list[int] = []
+    monkeypatch.setattr(PPOTrainerSync, "_add_prompts_to_generate", lambda self, n: drawn.append(n) or n)
+    trainer.max_refill, trainer._refilled = 20, 0
+    assert trainer._add_prompts_to_generate(12) == 12 and trainer._add_prompts_to_generate(8) == 8
+    with pytest.raises(GroupFilterError, match="step 3: group filtering .* drew 21 prompts"):
+        trainer._add_prompts_to_generate(1)
+    assert drawn == [12, 8]
+    trainer.max_refill = 0  # no cap
+    assert trainer._add_prompts_to_generate(1000) == 1000
