@@ -245,16 +245,7 @@ def eval_hash(cfg: Mapping[str, Any], model_id: str, benchmark: str) -> str:
     and episode rules, and the ``vllm serve`` flags (``serving.vllm``, when the config has them).
     Checkpoint models (``<run>-stepNNNN``) hash their run and step.
     """
-    return config_hash(
-        {
-            "scale": cfg["scale"],
-            **_model_key(cfg, model_id),
-            "benchmark": _benchmark_key(cfg, benchmark),
-            "sampling": cfg["evaluation"]["sampling"],
-            "episode": cfg["evaluation"]["episode"],
-            **_serving_key(cfg),
-        }
-    )
+    return config_hash({**_evaluation_key(cfg, benchmark), **_model_key(cfg, model_id)})
 
 
 def weights_eval_hash(cfg: Mapping[str, Any], model_id: str, weights: str, benchmark: str, seed: int) -> str:
@@ -263,18 +254,20 @@ def weights_eval_hash(cfg: Mapping[str, Any], model_id: str, weights: str, bench
     GPUs), plus the seed. Two model ids with the same hash get the same result file, sample for sample
     (at smoke scale several of the paper's models are the one tiny model): ``envace eval`` runs such an
     evaluation once and copies it."""
-    return config_hash(
-        {
-            "scale": cfg["scale"],
-            "weights": weights,
-            "size": model_entry(cfg, model_id).get("size"),
-            "benchmark": _benchmark_key(cfg, benchmark),
-            "sampling": cfg["evaluation"]["sampling"],
-            "episode": cfg["evaluation"]["episode"],
-            "seed": seed,
-            **_serving_key(cfg),
-        }
-    )
+    return config_hash({**_evaluation_key(cfg, benchmark), "weights": weights,
+                        "size": model_entry(cfg, model_id).get("size"), "seed": seed})
+
+
+def _evaluation_key(cfg: Mapping[str, Any], benchmark: str) -> dict[str, Any]:
+    """What every plain evaluation on ``benchmark`` depends on besides its model: the scale, the benchmark
+    entry, the evaluation's sampling settings and episode rules, and the server flags."""
+    return {
+        "scale": cfg["scale"],
+        "benchmark": _benchmark_key(cfg, benchmark),
+        "sampling": cfg["evaluation"]["sampling"],
+        "episode": cfg["evaluation"]["episode"],
+        **_serving_key(cfg),
+    }
 
 
 def _benchmark_key(cfg: Mapping[str, Any], benchmark: str) -> dict[str, Any]:

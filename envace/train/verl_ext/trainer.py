@@ -136,8 +136,8 @@ def check_refill(refilled: int, cap: int, step: int) -> None:
             f"step {step}: group filtering (algorithm.filter_groups) drew {refilled} prompts to replace "
             "groups whose rollouts all got the same reward and still lacks a batch of groups with a "
             "signal: the rewards no longer vary (a collapsed policy, or a reward constant on these "
-            "prompts). Raise "
-            "envace.max_filter_refill_batches or turn it off (training.runs.<run>.filter_groups.enable)")
+            "prompts). Raise envace.max_filter_refill_batches or turn it off "
+            "(training.runs.<run>.filter_groups.enable)")
 
 
 class RolloutAgreementError(RuntimeError):
