@@ -52,6 +52,7 @@ STEP = re.compile(r"step:(\d+) - ")
 EXACT = "envace/rehearse/reference_exact"  # REHEARSE answers equal to the reference response, per step
 CORR = "envace/rollout_actor_corr/"
 REFILLED = "envace/filter_groups/refilled_prompts"  # group filtering: replacement prompts drawn, per step
+CAPPED = "envace/filter_groups/capped"  # 1: the step reached envace.max_filter_refill_batches, kept the rest
 EVICTED = "training/filter_groups/evicted_samples"  # verl's: groups filtered in the step (absent = none)
 PADDING = "envace/padding/copied_rows"  # rows the authors' batch padding copied, per step (and role)
 DIFF = "envace/rollout_actor_prob_diff/"
@@ -135,8 +136,11 @@ def check(results: Path, checkpoints: Path, runs_cfg: dict) -> list[str]:
                 problems.append(f"{run}: batch_padding copy, but {PADDING} is missing at some step")
         if (runs_cfg.get(run, {}).get("filter_groups") or {}).get("enable"):
             evicted = [int(float(r.get(EVICTED, 0))) for r in rows]
+            capped = [json.loads(x)["step"] for x, r in zip(lines, rows, strict=True)
+                      if float(r.get(CAPPED, 0))]
             print(f"{run}: group filtering: groups without a signal replaced per step {evicted}, prompts "
-                  f"drawn {[int(float(r.get(REFILLED, 0))) for r in rows]}")
+                  f"drawn {[int(float(r.get(REFILLED, 0))) for r in rows]}, steps that reached the bound "
+                  f"{capped}")
             if not rows or not all(REFILLED in r for r in rows):
                 problems.append(f"{run}: filter_groups on, but {REFILLED} is missing at some step")
         any_update |= any(_updated(r) for r in rows)

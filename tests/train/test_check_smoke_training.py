@@ -91,11 +91,12 @@ def test_group_filtering_must_log_its_refills_at_every_step(tmp_path, capsys):
     rows = [_row(n, **{"envace/rollout_actor_corr/shared": 0.999,
                        "envace/filter_groups/refilled_prompts": 2 * n}) for n in (1, 2, 3)]
     rows[0]["data"]["training/filter_groups/evicted_samples"] = 3.0
+    rows[1]["data"]["envace/filter_groups/capped"] = 1
     _write(tmp_path, "envace_8b", rows)
     _write(tmp_path, "per_role_8b", [_synced(n) for n in (1, 2, 3)])
     assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == []
     assert ("envace_8b: group filtering: groups without a signal replaced per step [3, 0, 0], prompts drawn "
-            "[2, 4, 6]") in capsys.readouterr().out
+            "[2, 4, 6], steps that reached the bound [2]") in capsys.readouterr().out
     del rows[2]["data"]["envace/filter_groups/refilled_prompts"]
     _write(tmp_path, "envace_8b", rows)
     assert check_smoke_training.check(tmp_path / "results", tmp_path / "checkpoints", runs) == [

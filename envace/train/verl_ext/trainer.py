@@ -42,12 +42,15 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   decided by the mean probability difference instead (``envace.max_rollout_actor_prob_diff``, logged as
   ``envace/rollout_actor_prob_diff/<name>``); counting NaN as low stopped a sign-flipped control run.
 
-- :meth:`EnvaceTrainer._add_prompts_to_generate`, a cap on group filtering: with verl's own DAPO
+- :meth:`EnvaceTrainer._add_prompts_to_generate`, a bound on group filtering: with verl's own DAPO
   filtering (``algorithm.filter_groups``, ``training.runs.<run>.filter_groups``) the replay buffer replaces
   each group whose rewards were all equal by fresh prompts through this trainer method, with no bound in
-  verl 0.9.1's v1 buffer; a step that draws more than ``envace.max_filter_refill_batches`` batches stops
-  with :class:`GroupFilterError` (a collapsed policy would otherwise generate forever). Each step logs
-  ``envace/filter_groups/refilled_prompts``.
+  verl 0.9.1's v1 buffer (a policy whose rollouts became identical would generate for ever). Once a step
+  has drawn ``envace.max_filter_refill_batches`` batches of replacements, the step stops filtering: the
+  buffer's ``filter_groups_metric`` is unset until the step ends (its ``_dapo_filtered_keys`` reads it at
+  every poll), so the groups still to finish are kept whatever their rewards and the step trains as an
+  unfiltered one would. A step costs at most that many batches of extra generation. Each step logs
+  ``envace/filter_groups/refilled_prompts`` and ``envace/filter_groups/capped`` (1: the bound was reached).
 
 - :meth:`EnvaceTrainer._apply_row_penalties`: a row's own reward term. verl's v1 worker copies a
   trajectory's reward to all its rows (``agent_loop_tq.py`` ``_agent_loop_postprocess``); the authors
@@ -98,6 +101,7 @@ __all__ = [
     "check_judge_failures",
     "check_rollout_agreement",
     "prob_diffs",
+    "refill_reaches_cap",
     "judge_failure_stats",
     "rehearse_reference_stats",
     "penalised_scores",
@@ -119,25 +123,13 @@ DIFF_METRIC = "training/rollout_probs_diff_mean"
 #: sources are in _envace_common.yaml.
 DEFAULT_MIN_AGREEMENT = 0.8
 DEFAULT_MAX_PROB_DIFF = 0.05
-DEFAULT_MAX_REFILL_BATCHES = 8
+DEFAULT_MAX_REFILL_BATCHES = 2
 
 
-class GroupFilterError(RuntimeError):
-    """verl's group filtering drew the refill cap of prompts and still lacks groups with a signal."""
-
-
-def check_refill(refilled: int, cap: int, step: int) -> None:
-    """Raise :class:`GroupFilterError` when a step's refills (prompts drawn to replace groups whose
-    rewards were all equal) exceed ``cap`` (0: no cap). verl 0.9.1's v1 replay buffer has no bound of its
-    own (``max_num_gen_batches`` is ignored there): a run whose rewards stopped varying would generate
-    forever."""
-    if cap > 0 and refilled > cap:
-        raise GroupFilterError(
-            f"step {step}: group filtering (algorithm.filter_groups) drew {refilled} prompts to replace "
-            "groups whose rollouts all got the same reward and still lacks a batch of groups with a "
-            "signal: the rewards no longer vary (a collapsed policy, or a reward constant on these "
-            "prompts). Raise envace.max_filter_refill_batches or turn it off "
-            "(training.runs.<run>.filter_groups.enable)")
+def refill_reaches_cap(refilled: int, cap: int) -> bool:
+    """Whether a step that has drawn ``refilled`` replacement prompts (group filtering) has reached the
+    bound ``cap`` (0: no bound): from then on the step keeps every group."""
+    return cap > 0 and refilled >= cap
 
 
 class RolloutAgreementError(RuntimeError):
@@ -339,6 +331,7 @@ class EnvaceTrainer(PPOTrainerSync):
     _pending_save: int | None = None
     _tracking: Any = None
     _refilled = 0  # prompts drawn this step to replace filtered groups (_add_prompts_to_generate)
+    _filter_metric: str | None = None  # the replay buffer's group-filtering metric (None: filtering off)
 
     @property
     def logger(self) -> Any:
@@ -374,7 +367,9 @@ class EnvaceTrainer(PPOTrainerSync):
     def _build_replay_buffer(self) -> Any:
         self.trainer_mode = "sync"  # see the module docstring: verl tests the name, not the class
         self.parameter_sync_step = self.config.trainer.v1.get("sync", {}).get("parameter_sync_step", 1)
-        return super()._build_replay_buffer()
+        buffer = super()._build_replay_buffer()
+        self._filter_metric = getattr(buffer, "filter_groups_metric", None)
+        return buffer
 
     def __init__(self, config: Any) -> None:
         envace = config.get("envace", None) or {}
@@ -433,17 +428,25 @@ class EnvaceTrainer(PPOTrainerSync):
 
     def _add_prompts_to_generate(self, num_prompts: int) -> int:
         """verl's replay buffer draws replacements for filtered groups through this (group filtering,
-        ``algorithm.filter_groups``); counted per step and capped (:func:`check_refill`)."""
+        ``algorithm.filter_groups``); counted per step. The draw that reaches the step's bound
+        (:func:`refill_reaches_cap`) turns filtering off until the step ends; see the module docstring."""
         self._refilled += num_prompts
-        check_refill(self._refilled, self.max_refill, self.global_steps)
+        if refill_reaches_cap(self._refilled, self.max_refill):
+            self.replay_buffer.filter_groups_metric = None
         return super()._add_prompts_to_generate(num_prompts)
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         """verl's step, then the agreement guard (before the checkpoint and the weight sync)."""
         self._refilled = 0
-        batch = super().step(metrics, timing_raw)
-        if self.config.algorithm.get("filter_groups", {}).get("enable", False):
+        try:
+            batch = super().step(metrics, timing_raw)
+        finally:
+            capped = self._filter_metric is not None and self.replay_buffer.filter_groups_metric is None
+            if self._filter_metric is not None:
+                self.replay_buffer.filter_groups_metric = self._filter_metric
+        if self._filter_metric is not None:
             metrics["envace/filter_groups/refilled_prompts"] = self._refilled
+            metrics["envace/filter_groups/capped"] = int(capped)
         policies = self._rollout_agreement_metrics()
         agreement = check_rollout_agreement(
             metrics, policies, self.min_agreement, self.global_steps, self.max_prob_diff

@@ -449,20 +449,41 @@ def test_shared_trainer_agreement_per_role(monkeypatch):
                                 t._rollout_agreement_metrics(), t.min_agreement, 1)
 
 
-def test_group_filter_refills_are_capped(trainer, monkeypatch):
-    """verl's group filtering draws replacement prompts through the trainer; past
-    envace.max_filter_refill_batches batches in one step the run stops instead of generating forever."""
+def test_group_filter_refills_are_bounded(trainer, monkeypatch):
+    """verl's group filtering draws replacement prompts through the trainer; the draw that reaches
+    envace.max_filter_refill_batches batches in one step turns the buffer's filtering off for the rest of
+    that step (its groups are kept whatever their rewards), and the next step filters again."""
+    from types import SimpleNamespace
+
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    from envace.train.verl_ext.trainer import GroupFilterError
-
-    assert trainer.max_refill == 8 * trainer.config.data.train_batch_size  # the default cap
+    assert trainer.max_refill == 2 * trainer.config.data.train_batch_size  # the default bound
     drawn: list[int] = []
     monkeypatch.setattr(PPOTrainerSync, "_add_prompts_to_generate", lambda self, n: drawn.append(n) or n)
+    buffer = SimpleNamespace(filter_groups_metric="reward")
+    monkeypatch.setattr(trainer, "replay_buffer", buffer, raising=False)
+    monkeypatch.setattr(trainer, "_filter_metric", "reward", raising=False)
     trainer.max_refill, trainer._refilled = 20, 0
-    assert trainer._add_prompts_to_generate(12) == 12 and trainer._add_prompts_to_generate(8) == 8
-    with pytest.raises(GroupFilterError, match="step 3: group filtering .* drew 21 prompts"):
-        trainer._add_prompts_to_generate(1)
-    assert drawn == [12, 8]
-    trainer.max_refill = 0  # no cap
-    assert trainer._add_prompts_to_generate(1000) == 1000
+    assert trainer._add_prompts_to_generate(12) == 12 and buffer.filter_groups_metric == "reward"
+    assert trainer._add_prompts_to_generate(8) == 8 and buffer.filter_groups_metric is None  # 20: the bound
+    assert trainer._add_prompts_to_generate(3) == 3  # in-flight credit still draws: the step must fill
+    assert drawn == [12, 8, 3] and trainer._refilled == 23
+
+    # step() logs the count and whether the bound was reached, and restores filtering for the next step
+    refills = [20, 4]  # the prompts each step's buffer draws
+
+    def verl_step(self, metrics, timing_raw):
+        self._add_prompts_to_generate(refills.pop(0))
+        return "batch"
+
+    monkeypatch.setattr(PPOTrainerSync, "step", verl_step)
+    monkeypatch.setattr("envace.train.verl_ext.trainer.check_rollout_agreement", lambda *a, **k: {})
+    monkeypatch.setattr(trainer.config.algorithm, "filter_groups", {"enable": True}, raising=False)
+    for capped in (1, 0):
+        metrics: dict = {}
+        assert trainer.step(metrics, {}) == "batch" and buffer.filter_groups_metric == "reward"
+        assert metrics["envace/filter_groups/refilled_prompts"] == (20 if capped else 4)
+        assert metrics["envace/filter_groups/capped"] == capped
+    trainer.max_refill, trainer._refilled = 0, 0  # no bound
+    assert trainer._add_prompts_to_generate(1000) == 1000 and buffer.filter_groups_metric == "reward"
+
