@@ -49,8 +49,9 @@ Implemented (runs wherever verl's main_ppo runs: GPUs, or this CPU through :mod:
   has drawn ``envace.max_filter_refill_batches`` batches of replacements, the step stops filtering: the
   buffer's ``filter_groups_metric`` is unset until the step ends (its ``_dapo_filtered_keys`` reads it at
   every poll), so the groups still to finish are kept whatever their rewards and the step trains as an
-  unfiltered one would. A step costs at most that many batches of extra generation. Each step logs
-  ``envace/filter_groups/refilled_prompts`` and ``envace/filter_groups/capped`` (1: the bound was reached).
+  unfiltered one would, after about that many batches of replacements plus those still in flight. Each
+  step logs ``envace/filter_groups/refilled_prompts`` and ``envace/filter_groups/capped`` (1: the bound
+  was reached).
 
 - :meth:`EnvaceTrainer._apply_row_penalties`: a row's own reward term. verl's v1 worker copies a
   trajectory's reward to all its rows (``agent_loop_tq.py`` ``_agent_loop_postprocess``); the authors
