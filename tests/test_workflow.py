@@ -351,14 +351,13 @@ def test_smoke_trainings_ask_for_the_memory_they_hold(repo_root):
     killed workers: a hung run)."""
     proc = subprocess.run(
         [SNAKEMAKE, "-n", "--workflow-profile", "none", "--forcerun", "train", "--configfile",
-         "config/smoke.yaml", "config/smoke_ledger.yaml", "--",
-         *(f"results/smoke/train/{run}/done.json" for run in ("envace_8b", "per_role_8b", "grpo_8b"))],
+         "config/smoke.yaml", "config/smoke_ledger.yaml", "--", "all"],
         cwd=repo_root, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     mem = {m[1]: int(m[2]) for m in re.finditer(r"wildcards: run=(\w+)\n\s*resources: .*?mem_mb=(\d+)",
                                                    proc.stdout + proc.stderr)}
-    assert set(mem) == {"envace_8b", "per_role_8b", "grpo_8b"}, mem
+    assert {"envace_8b", "per_role_8b", "grpo_8b"} <= set(mem), mem
     limit = 24 * 1024 - 1024
     assert mem["per_role_8b"] + mem["envace_8b"] <= limit < mem["per_role_8b"] + mem["grpo_8b"]
     assert 2 * mem["envace_8b"] <= limit and mem["envace_8b"] < mem["grpo_8b"] < mem["per_role_8b"]
