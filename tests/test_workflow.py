@@ -355,9 +355,15 @@ def test_smoke_trainings_ask_for_the_memory_they_hold(repo_root):
         cwd=repo_root, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    mem = {m[1]: int(m[2]) for m in re.finditer(r"wildcards: run=(\w+)\n\s*resources: .*?mem_mb=(\d+)",
-                                                   proc.stdout + proc.stderr)}
+    jobs = r"wildcards: run=(\w+)\n(?:\s*priority: \d+\n)?\s*resources: .*?mem_mb=(\d+)"
+    mem = {m[1]: int(m[2]) for m in re.finditer(jobs, proc.stdout + proc.stderr)}
     assert {"envace_8b", "per_role_8b", "grpo_8b"} <= set(mem), mem
     limit = 24 * 1024 - 1024
     assert mem["per_role_8b"] + mem["envace_8b"] <= limit < mem["per_role_8b"] + mem["grpo_8b"]
     assert 2 * mem["envace_8b"] <= limit and mem["envace_8b"] < mem["grpo_8b"] < mem["per_role_8b"]
+    # the largest first (memory x steps): the runs that cannot share the machine start early, each beside
+    # an EnvACE run; the 4-step checklist run last
+    prio = {m[1]: int(m[2]) for m in re.finditer(r"wildcards: run=(\w+)\n\s*priority: (\d+)",
+                                                    proc.stdout + proc.stderr)}
+    assert prio["per_role_8b"] > prio["grpo_8b"] > prio["envace_8b"] == prio["envace_1p7b"]
+    assert prio["envace_8b"] > prio["grpo_1p7b"]

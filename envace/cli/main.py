@@ -42,7 +42,9 @@ exit codes:
          configured (train), an unexpected exception
   2      usage error (argparse's own; also no command given)
   3      unavailable resource: a model server that failed to start, died or stopped answering (eval,
-         serve, fidelity; finished samples are kept), a self-check whose benchmark package is missing
+         serve, fidelity; finished samples are kept), a self-check whose benchmark package is missing,
+         a training driver that logged nothing for training.step_timeout_min (train; stopped, a
+         retry resumes from the last checkpoint)
   4      unusable input: a results directory that does not exist, a corrupt result file, a manifest
          of another config (tables, figures, aggregate, diff); missing training data (train)
   128+N  stopped by signal N (SIGTERM 143, SIGHUP 129; eval, serve and fidelity stop their servers

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envace.cli.eval import resolve_checkpoint
 from envace.cli.main import main
 from envace.common.config import eval_hash, load_config
 from envace.common.results import read_results
+from envace.serve.checkpoints import resolve_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -224,14 +224,14 @@ def test_eval_job_runs_every_benchmark_and_seed_and_restores_finished_runs(tiny_
 
 
 def test_gpu_split_helpers(monkeypatch):
-    from envace.cli.eval import _model_size
+    from envace.serve.eval_plan import model_size
     from envace.serve.job import visible_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5")
     assert visible_gpus() == ["2", "3", "5"]
     cfg = load_config(ROOT / "config/config.yaml")
-    assert _model_size(cfg, "awm_14b") == "14B"
-    assert _model_size(cfg, "envace_1p7b-step0050") == "1.7B"
+    assert model_size(cfg, "awm_14b") == "14B"
+    assert model_size(cfg, "envace_1p7b-step0050") == "1.7B"
 
 
 def _plan(tmp_path: Path, items: list) -> str:

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envace.cli.eval import task_limit
 from envace.common.config import (
     ConfigError,
     eval_hash,
@@ -34,6 +33,7 @@ from envace.report.context import ReportContext
 from envace.report.diff import ON_OURS, claim_results
 from envace.report.figures import FIGURES
 from envace.report.tables import build_table1, build_table2, build_table3, to_markdown
+from envace.serve.eval_plan import task_limit
 
 from .conftest import EXAMPLE_CONFIG, EXAMPLE_RESULTS
 

@@ -475,6 +475,17 @@ def train_mem_mb(wildcards):
     )
 
 
+def train_priority(wildcards):
+    """Snakemake's priority of a smoke-scale training: its memory (GB) times its steps, the largest first.
+    Trainings that cannot share the machine with each other (the per-role run, those serving a model)
+    then start early, each beside a small one, instead of one of them training alone at the end
+    (docs/measurements.md). 0 at paper scale (every job is submitted at once)."""
+    mem = train_mem_mb(wildcards)
+    if mem is None:
+        return 0
+    return mem // 1000 * int(CFG["training"]["runs"][wildcards.run]["total_steps"])
+
+
 def train_gres(wildcards):
     """GPUs per node as a generic resource (`--gres=gpu:8` is per node, unlike `--gpus`, which is
     per job and can spread unevenly across nodes). None on CPU."""

@@ -13,6 +13,7 @@ rule train:
         f"{RESULTS}/logs/train/{{run}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{run}}.tsv"
+    priority: train_priority
     conda:
         CONDA_ENV
     resources:

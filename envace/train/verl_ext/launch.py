@@ -3,8 +3,10 @@
 Implemented: the ``python -m verl.trainer.main_ppo`` command line (:func:`build_command`: our Hydra file
 via ``--config-path/--config-name`` plus overrides from ``config.yaml``), the environment
 (``VERL_USE_EXTERNAL_MODULES=envace.train.verl_ext`` so every Ray process registers our extension), resume
-(``trainer.resume_mode=auto`` on the run's checkpoint dir, which Snakemake does not own), a check after
-the driver exits that the last checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
+(``trainer.resume_mode=auto`` on the run's checkpoint dir, which Snakemake does not own), a driver
+that logs nothing for ``training.step_timeout_min`` stopped (:mod:`envace.train.verl_ext.stall`: a hung
+rollout becomes a failed job that a retry resumes), a check after the driver exits that the last
+checkpointed step advanced (verl PR #5725: a resume at an epoch boundary
 could run 0 steps and exit 0), and the done-file written atomically. Inside a Slurm job (one node or
 many) the run goes through ``scripts/ray_slurm_launch.sh`` (Ray head + workers with per-job ports and Ray
 folder, node/GPU checks, a teardown that ends only this job's Ray; :func:`ray_slurm_command`, which also
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -37,6 +38,7 @@ from envace.common.atomic import atomic_write_json, atomic_write_text
 from envace.common.config import run_reward
 from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNUSABLE
 from envace.train.verl_ext.compose import CONFIG_DIR, cpu_layout, run_config_name, run_overrides
+from envace.train.verl_ext.stall import run_watched
 
 __all__ = ["build_command", "build_env", "last_step", "launch", "merge_metrics", "service_models", "services"]
 
@@ -218,6 +220,11 @@ def _next_metrics_file(checkpoint_dir: str | Path) -> Path:
     return Path(checkpoint_dir).resolve() / f"metrics.attempt{len(attempts)}.jsonl"
 
 
+def step_timeout_s(cfg: Mapping[str, Any]) -> float:
+    """``training.step_timeout_min`` in seconds (0: the driver runs unwatched; :mod:`.stall`)."""
+    return 60.0 * float(cfg["training"].get("step_timeout_min") or 0)
+
+
 def last_step(checkpoint_dir: str | Path) -> int:
     """verl's last checkpointed step (``latest_checkpointed_iteration.txt``), 0 if none."""
     f = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
@@ -306,11 +313,11 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
     if before < total:
         with services(cfg, run, Path(done).parent) as (service_env, service_overrides):
             argv = build_command(cfg, run, checkpoint_dir, service_overrides, data=data)
-            env = {**build_env(cfg=cfg, run=run), **service_env,
-                   "VERL_FILE_LOGGER_PATH": str(_next_metrics_file(checkpoint_dir))}
+            progress = _next_metrics_file(checkpoint_dir)
+            env = {**build_env(cfg=cfg, run=run), **service_env, "VERL_FILE_LOGGER_PATH": str(progress)}
             print(f"envace train [{run}]: {' '.join(argv)}", flush=True)
             try:
-                rc = subprocess.call(argv, env=env)
+                rc = run_watched(argv, env, progress, step_timeout_s(cfg), what=f"envace train [{run}]")
             finally:
                 merge_metrics(checkpoint_dir)
         if rc != 0:

@@ -114,12 +114,12 @@ def test_per_role_launches(tmp_path, monkeypatch, no_services):
     ck, done = tmp_path / "ck", tmp_path / "done.json"
     calls = []
 
-    def finish(argv, env):
+    def finish(argv, env, *_, **__):
         calls.append((argv, env))
         (ck / "latest_checkpointed_iteration.txt").write_text("470")
         return 0
 
-    monkeypatch.setattr(L.subprocess, "call", finish)
+    monkeypatch.setattr(L, "run_watched", finish)
     assert L.launch(CFG, "per_role_8b", str(ck), str(done), data=no_services) == 0
     (argv, env), = calls
     assert argv[1:3] == ["-m", "verl.trainer.main_ppo"] and "--config-name=per_role_8b" in argv
@@ -161,17 +161,17 @@ def test_resume_must_advance(tmp_path, monkeypatch, no_services):
     ck.mkdir()
     (ck / "latest_checkpointed_iteration.txt").write_text("50")
     calls = []
-    monkeypatch.setattr(L.subprocess, "call", lambda argv, env: calls.append(argv) or 0)
+    monkeypatch.setattr(L, "run_watched", lambda argv, env, *_, **__: calls.append(argv) or 0)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     done = tmp_path / "done.json"
     assert L.launch(CFG, "envace_8b", str(ck), str(done), data=no_services) == 1
     assert calls and not done.exists()
 
-    def finish(argv, env):
+    def finish(argv, env, *_, **__):
         (ck / "latest_checkpointed_iteration.txt").write_text("470")
         return 0
 
-    monkeypatch.setattr(L.subprocess, "call", finish)
+    monkeypatch.setattr(L, "run_watched", finish)
     assert L.launch(CFG, "envace_8b", str(ck), str(done), data=no_services) == 0
     record = json.loads(done.read_text())
     assert {k: record[k] for k in ("run", "last_step", "resumed_from", "checkpoint_dir", "trainer")} == {
