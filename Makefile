@@ -78,8 +78,9 @@ smoke-released: $(STAMP)
 
 # The same smoke DAG with every job submitted through sbatch to a one-node Slurm on localhost
 # (root + Debian: `scripts/slurm_localhost.sh install && scripts/slurm_localhost.sh start` first).
-# Snakemake submits by memory too (MEM_LIMIT = the node's RealMemory, scripts/slurm_localhost.sh): Slurm
-# starts jobs in queue order, so a training submitted where it does not fit would hold the ones behind it.
+# Snakemake submits by memory too (MEM_LIMIT = the node's RealMemory, scripts/slurm_localhost.sh; the
+# profile counts mem_mb across jobs): Slurm starts jobs in submission order, so a training submitted where
+# it does not fit would hold the ones behind it.
 smoke-slurm: $(STAMP)
 	$(BIN)/snakemake --profile profiles/slurm-localhost $(SMOKE_ARGS) $(MEM_LIMIT) -- all
 
