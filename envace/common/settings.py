@@ -105,9 +105,19 @@ def _episode_defaults() -> dict[str, Any]:
 EPISODE_DEFAULTS: dict[str, Any] = _episode_defaults()
 
 
+def _training_value(training: dict[str, Any], key: str) -> Any:
+    """``training.<key>``, else the schema's ``x-default`` for it."""
+    if key in training:
+        return training[key]
+    return config_schema()["properties"]["training"]["properties"][key]["x-default"]
+
+
 def training_loggers(training: dict[str, Any]) -> list[str]:
     """verl's ``trainer.logger`` for every run: ``training.loggers``, else the schema's ``x-default``."""
-    if "loggers" in training:
-        return list(training["loggers"])
-    training_schema = config_schema()["properties"]["training"]
-    return list(training_schema["properties"]["loggers"]["x-default"])
+    return list(_training_value(training, "loggers"))
+
+
+def step_timeout_s(training: dict[str, Any]) -> float:
+    """``training.step_timeout_min`` in seconds, else the schema's ``x-default`` (0: the training driver
+    runs unwatched; :mod:`envace.train.verl_ext.stall`)."""
+    return 60.0 * float(_training_value(training, "step_timeout_min"))

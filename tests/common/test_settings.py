@@ -146,3 +146,18 @@ def test_training_loggers_reach_verl_and_change_no_hash():
     cfg["training"]["loggers"] = ["console", "wandb"]
     with pytest.raises(ConfigError, match="training.loggers"):
         complete_config(cfg)
+
+
+def test_step_timeout_defaults_to_the_schema_and_is_in_no_hash():
+    """``training.step_timeout_min``: unset = the schema's x-default (0, unwatched); the configs' values in
+    seconds; changing it changes no run's or evaluation's hash."""
+    from envace.common.config import eval_hash, training_key
+    from envace.common.settings import step_timeout_s
+
+    assert step_timeout_s({}) == 0
+    assert step_timeout_s(PAPER["training"]) == 180 * 60
+    cfg = copy.deepcopy(PAPER)
+    cfg["training"]["step_timeout_min"] = 5
+    assert step_timeout_s(cfg["training"]) == 300
+    assert training_key(cfg, "envace_8b") == training_key(PAPER, "envace_8b")
+    assert eval_hash(cfg, "envace_8b", "tau2") == eval_hash(PAPER, "envace_8b", "tau2")

@@ -37,6 +37,7 @@ from typing import Any
 from envace.common.atomic import atomic_write_json, atomic_write_text
 from envace.common.config import run_reward
 from envace.common.exit_codes import EXIT_FAILURE, EXIT_UNUSABLE
+from envace.common.settings import step_timeout_s
 from envace.train.verl_ext.compose import CONFIG_DIR, cpu_layout, run_config_name, run_overrides
 from envace.train.verl_ext.stall import run_watched
 
@@ -220,11 +221,6 @@ def _next_metrics_file(checkpoint_dir: str | Path) -> Path:
     return Path(checkpoint_dir).resolve() / f"metrics.attempt{len(attempts)}.jsonl"
 
 
-def step_timeout_s(cfg: Mapping[str, Any]) -> float:
-    """``training.step_timeout_min`` in seconds (0: the driver runs unwatched; :mod:`.stall`)."""
-    return 60.0 * float(cfg["training"].get("step_timeout_min") or 0)
-
-
 def last_step(checkpoint_dir: str | Path) -> int:
     """verl's last checkpointed step (``latest_checkpointed_iteration.txt``), 0 if none."""
     f = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
@@ -317,7 +313,8 @@ def launch(cfg: dict, run: str, checkpoint_dir: str, done: str, data: str | None
             env = {**build_env(cfg=cfg, run=run), **service_env, "VERL_FILE_LOGGER_PATH": str(progress)}
             print(f"envace train [{run}]: {' '.join(argv)}", flush=True)
             try:
-                rc = run_watched(argv, env, progress, step_timeout_s(cfg), what=f"envace train [{run}]")
+                rc = run_watched(argv, env, progress, step_timeout_s(cfg["training"]),
+                                 what=f"envace train [{run}]")
             finally:
                 merge_metrics(checkpoint_dir)
         if rc != 0:
